@@ -1,0 +1,149 @@
+"""The database: settings, engine, sessions and migrations.
+
+`TEAMFLOW_DATABASE_URL` picks the database; without it teamflow uses SQLite at
+`$TEAMFLOW_HOME/teamflow.db` (`TEAMFLOW_HOME` defaults to `~/.teamflow`). SQLite runs in WAL
+mode with a busy timeout so several processes can write; PostgreSQL needs only a
+`postgresql+psycopg://` URL. The schema is built by Alembic migrations (`teamflow db upgrade`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlmodel import Session
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class DatabaseError(RuntimeError):
+    """The database cannot be reached or is not set up; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where teamflow keeps its files and its data."""
+
+    home: Path
+    database_url: str
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        home = Path(os.environ.get("TEAMFLOW_HOME") or Path.home() / ".teamflow").expanduser()
+        url = os.environ.get("TEAMFLOW_DATABASE_URL") or f"sqlite:///{home / 'teamflow.db'}"
+        return cls(home=home.resolve(), database_url=url)
+
+
+def settings() -> Settings:
+    """The settings in force now (read from the environment on every call)."""
+    return Settings.from_env()
+
+
+_engines: dict[str, sa.Engine] = {}
+
+
+def _on_sqlite_connect(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
+
+
+def _on_sqlite_begin(conn) -> None:
+    # Take the write lock at BEGIN: a deferred transaction that reads and then writes can hit
+    # SQLITE_BUSY without waiting for the busy timeout.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_engine(url: str) -> sa.Engine:
+    """A new engine for `url`; SQLite gets WAL, a busy timeout and foreign keys."""
+    if url.startswith("sqlite"):
+        path = sa.make_url(url).database
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        engine = sa.create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
+        )
+        # pysqlite's own transaction handling is switched off so BEGIN IMMEDIATE is ours.
+        sa.event.listen(engine, "connect", _on_sqlite_connect)
+        sa.event.listen(
+            engine,
+            "connect",
+            lambda dbapi_connection, _r: setattr(dbapi_connection, "isolation_level", None),
+        )
+        sa.event.listen(engine, "begin", _on_sqlite_begin)
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)
+
+
+def engine(url: str | None = None) -> sa.Engine:
+    """The process-wide engine for `url` (default: the configured database)."""
+    url = url or settings().database_url
+    if url not in _engines:
+        _engines[url] = make_engine(url)
+    return _engines[url]
+
+
+def dispose_engines() -> None:
+    """Closes every pooled connection (tests, forks)."""
+    for eng in _engines.values():
+        eng.dispose()
+    _engines.clear()
+
+
+@contextmanager
+def session_scope(session: Session | None = None) -> Iterator[Session]:
+    """Reuses `session` if given, else opens one that commits on success, rolls back on error."""
+    if session is not None:
+        yield session
+        return
+    with Session(engine(), expire_on_commit=False) as new:
+        try:
+            yield new
+            new.commit()
+        except BaseException:
+            new.rollback()
+            raise
+
+
+def alembic_config(url: str | None = None):
+    """The Alembic configuration for `url`, with the migrations shipped in this package."""
+    from alembic.config import Config
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", (url or settings().database_url).replace("%", "%%"))
+    return config
+
+
+def upgrade(url: str | None = None, revision: str = "head") -> None:
+    """Applies the migrations up to `revision` (default: the newest)."""
+    from alembic import command
+
+    url = url or settings().database_url
+    config = alembic_config(url)
+    try:
+        with engine(url).begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+    except sa.exc.OperationalError as exc:
+        raise DatabaseError(f"cannot reach the database at {redact(url)}: {exc.orig}") from None
+
+
+def current_revision(url: str | None = None) -> str | None:
+    """The migration the database is at, or None if it has none."""
+    from alembic.runtime.migration import MigrationContext
+
+    with engine(url).connect() as connection:
+        return MigrationContext.configure(connection).get_current_revision()
+
+
+def redact(url: str) -> str:
+    return sa.make_url(url).render_as_string(hide_password=True)

@@ -1,0 +1,319 @@
+"""Teams and members: the `004` `config.json` (TeamConfig, TeamMember) and their tables.
+
+The `004` files in the wild carry more than the seed shows (`joinedAt`, `cwd`,
+`leadAgentId`, ...). Known fields are validated; unknown ones are kept and written back
+unchanged, so a team folder survives import and export.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any, Self
+
+import sqlalchemy as sa
+from pydantic import (
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from sqlmodel import Field as SQLField
+from sqlmodel import SQLModel
+
+from models.base import (
+    JsTimestamp,
+    MemberName,
+    TeamName,
+    WireModel,
+    json_column,
+    utc_column,
+    utcnow,
+)
+
+DEFAULT_MODELS = ("haiku", "sonnet", "opus")
+"""`004`: the models a team allows unless its config widens the set (`allowedModels`)."""
+
+SCHEMA_VERSION = "1.0.0"
+"""What a config without `schemaVersion` is read as (`004` Schema Evolution)."""
+
+AGENT_ID = re.compile(r"^(?P<name>[^@]+)@(?P<team>[^@]+)$")
+TMUX_PANE = r"^%\d+$"
+
+
+class AgentType(StrEnum):
+    """`004` `agentType`."""
+
+    GENERAL_PURPOSE = "general-purpose"
+    SPECIALIZED = "specialized"
+
+
+class BackendType(StrEnum):
+    """`004` `backendType`: tmux today, docker and k8s reserved.
+
+    `in-process` is what agent-team tools write for a teammate that runs without a pane;
+    teamflow's own agents use it.
+    """
+
+    TMUX = "tmux"
+    DOCKER = "docker"
+    K8S = "k8s"
+    IN_PROCESS = "in-process"
+
+
+class Color(StrEnum):
+    """`004` terminal colours, assigned to members in this order."""
+
+    BLUE = "blue"
+    GREEN = "green"
+    YELLOW = "yellow"
+    MAGENTA = "magenta"
+    CYAN = "cyan"
+    RED = "red"
+
+
+ANSI = {
+    Color.BLUE: "\033[34m",
+    Color.GREEN: "\033[32m",
+    Color.YELLOW: "\033[33m",
+    Color.MAGENTA: "\033[35m",
+    Color.CYAN: "\033[36m",
+    Color.RED: "\033[31m",
+}
+
+
+def agent_id(name: str, team: str) -> str:
+    """`004`: a member's `agentId` is `{name}@{team}`."""
+    return f"{name}@{team}"
+
+
+class TeamMember(WireModel):
+    """One entry of `config.json` `members` (`004` TeamMember)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    agent_id: str = Field(description='"{name}@{team}"')
+    name: MemberName = Field(description="Unique member name within the team")
+    agent_type: AgentType
+    model: str = Field(description="haiku | sonnet | opus, or a model the team allows")
+    prompt: str = Field(description="System prompt")
+    color: Color
+    tmux_pane_id: str | None = Field(
+        default=None,
+        pattern=TMUX_PANE,
+        description='Tmux pane, e.g. "%88"; required when backendType is tmux',
+    )
+    backend_type: BackendType
+    is_active: StrictBool
+    spawned_at: JsTimestamp | None = None
+    shutdown_at: JsTimestamp | None = None
+    metadata: dict[str, Any] | None = None
+    plan_mode_required: StrictBool | None = Field(
+        default=None, description="When true, the member's plans need the lead's approval"
+    )
+
+    @field_validator("model")
+    @classmethod
+    def _model_allowed(cls, value: str, info: ValidationInfo) -> str:
+        allowed = (info.context or {}).get("allowed_models") or DEFAULT_MODELS
+        if value not in allowed:
+            raise ValueError(f"model {value!r} is not allowed here (allowed: {', '.join(allowed)})")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        match = AGENT_ID.match(self.agent_id)
+        if not match or match["name"] != self.name:
+            raise ValueError(
+                f"agentId {self.agent_id!r} must be '{self.name}@{{team}}' (name@team)"
+            )
+        if self.backend_type is BackendType.TMUX and not self.tmux_pane_id:
+            raise ValueError("tmuxPaneId is required when backendType is tmux")
+        return self
+
+    @property
+    def team(self) -> str:
+        return self.agent_id.split("@", 1)[1]
+
+
+class TeamConfig(WireModel):
+    """A team's `config.json` (`004` TeamConfig)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    name: TeamName = Field(description="Team identifier, kebab-case, 3-64 characters")
+    description: str = Field(min_length=1, max_length=500, description="Team purpose")
+    members: list[TeamMember]
+    created_at: JsTimestamp
+    schema_version: str | None = None
+    metadata: dict[str, Any] | None = None
+    allowed_models: list[str] | None = Field(
+        default=None, description="Models this team allows beyond the seed's haiku/sonnet/opus"
+    )
+
+    @classmethod
+    def model_validate(cls, obj: Any, *args: Any, **kwargs: Any) -> Self:
+        """Validates with the team's own allowed models in force for its members."""
+        if isinstance(obj, dict) and "allowed_models" not in (kwargs.get("context") or {}):
+            widened = obj.get("allowedModels") or obj.get("allowed_models")
+            if isinstance(widened, list):
+                context = dict(kwargs.get("context") or {})
+                context["allowed_models"] = tuple(DEFAULT_MODELS) + tuple(map(str, widened))
+                kwargs["context"] = context
+        return super().model_validate(obj, *args, **kwargs)
+
+    @model_validator(mode="after")
+    def _members_belong(self) -> Self:
+        seen: set[str] = set()
+        for i, member in enumerate(self.members):
+            if member.team != self.name:
+                raise ValueError(
+                    f"members[{i}].agentId {member.agent_id!r} must be "
+                    f"'{member.name}@{self.name}' (name@team)"
+                )
+            if member.name in seen:
+                raise ValueError(f"members[{i}].name {member.name!r} is a duplicate")
+            seen.add(member.name)
+        return self
+
+    @property
+    def version(self) -> str:
+        """The schema version, `1.0.0` when the file has none."""
+        return self.schema_version or SCHEMA_VERSION
+
+    def allowed(self) -> tuple[str, ...]:
+        return tuple(DEFAULT_MODELS) + tuple(self.allowed_models or ())
+
+
+# --- tables --------------------------------------------------------------------------------
+
+
+class Team(SQLModel, table=True):
+    """A team: the top of `config.json` plus teamflow's team settings."""
+
+    __tablename__ = "teams"
+
+    name: str = SQLField(primary_key=True, max_length=64)
+    description: str = SQLField(max_length=500)
+    created_at: Any = SQLField(sa_column=utc_column(nullable=False))
+    schema_version: str | None = SQLField(default=None, max_length=32)
+    meta: dict | None = SQLField(default=None, sa_column=json_column("metadata"))
+    allowed_models: list | None = SQLField(default=None, sa_column=json_column())
+    lead: str = SQLField(default="team-lead", max_length=64)
+    settings: dict = SQLField(default_factory=dict, sa_column=json_column(nullable=False))
+    extra: dict = SQLField(
+        default_factory=dict,
+        sa_column=json_column(nullable=False),
+        description="Fields of config.json teamflow does not know, written back unchanged",
+    )
+    updated_at: Any = SQLField(default_factory=utcnow, sa_column=utc_column(nullable=False))
+
+    @classmethod
+    def from_wire(cls, config: TeamConfig, *, lead: str | None = None) -> Team:
+        return cls(
+            name=config.name,
+            description=config.description,
+            created_at=config.created_at,
+            schema_version=config.schema_version,
+            meta=config.metadata,
+            allowed_models=config.allowed_models,
+            lead=lead or "team-lead",
+            extra=dict(config.model_extra or {}),
+        )
+
+    def to_wire(self, members: list[Member]) -> TeamConfig:
+        data: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "members": [m.to_wire().to_wire() for m in members],
+            "createdAt": self.created_at,
+        }
+        if self.schema_version is not None:
+            data["schemaVersion"] = self.schema_version
+        if self.meta is not None:
+            data["metadata"] = self.meta
+        if self.allowed_models is not None:
+            data["allowedModels"] = self.allowed_models
+        data.update(self.extra or {})
+        return TeamConfig.model_validate(data)
+
+
+class Member(SQLModel, table=True):
+    """A team member: one `config.json` member plus what teamflow runs it with."""
+
+    __tablename__ = "members"
+    __table_args__ = (sa.UniqueConstraint("agent_id", name="uq_members_agent_id"),)
+
+    team: str = SQLField(
+        sa_column=sa.Column(
+            sa.String(64), sa.ForeignKey("teams.name", ondelete="CASCADE"), primary_key=True
+        )
+    )
+    name: str = SQLField(primary_key=True, max_length=64)
+    agent_id: str = SQLField(max_length=255)
+    position: int = SQLField(default=0, description="Order in config.json members")
+    agent_type: str = SQLField(default=AgentType.GENERAL_PURPOSE.value, max_length=32)
+    model: str = SQLField(max_length=64)
+    prompt: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    color: str = SQLField(max_length=16)
+    tmux_pane_id: str | None = SQLField(default=None, max_length=32)
+    backend_type: str = SQLField(default=BackendType.IN_PROCESS.value, max_length=32)
+    is_active: bool = SQLField(default=True)
+    spawned_at: Any = SQLField(default=None, sa_column=utc_column())
+    shutdown_at: Any = SQLField(default=None, sa_column=utc_column())
+    meta: dict | None = SQLField(default=None, sa_column=json_column("metadata"))
+    plan_mode_required: bool | None = SQLField(default=None)
+    runtime: dict = SQLField(
+        default_factory=dict,
+        sa_column=json_column(nullable=False),
+        description="How teamflow runs this member's agent (runtime kind and its options)",
+    )
+    extra: dict = SQLField(default_factory=dict, sa_column=json_column(nullable=False))
+
+    @classmethod
+    def from_wire(cls, team: str, member: TeamMember, *, position: int = 0) -> Member:
+        return cls(
+            team=team,
+            name=member.name,
+            agent_id=member.agent_id,
+            position=position,
+            agent_type=member.agent_type.value,
+            model=member.model,
+            prompt=member.prompt,
+            color=member.color.value,
+            tmux_pane_id=member.tmux_pane_id,
+            backend_type=member.backend_type.value,
+            is_active=member.is_active,
+            spawned_at=member.spawned_at,
+            shutdown_at=member.shutdown_at,
+            meta=member.metadata,
+            plan_mode_required=member.plan_mode_required,
+            extra=dict(member.model_extra or {}),
+        )
+
+    def to_wire(self) -> TeamMember:
+        data: dict[str, Any] = {
+            "agentId": self.agent_id,
+            "name": self.name,
+            "agentType": self.agent_type,
+            "model": self.model,
+            "prompt": self.prompt,
+            "color": self.color,
+        }
+        if self.tmux_pane_id is not None:
+            data["tmuxPaneId"] = self.tmux_pane_id
+        data["backendType"] = self.backend_type
+        data["isActive"] = self.is_active
+        for key, value in (
+            ("spawnedAt", self.spawned_at),
+            ("shutdownAt", self.shutdown_at),
+            ("metadata", self.meta),
+            ("planModeRequired", self.plan_mode_required),
+        ):
+            if value is not None:
+                data[key] = value
+        data.update(self.extra or {})
+        # The row was validated against its team's allowed models when it was written.
+        return TeamMember.model_validate(data, context={"allowed_models": (self.model,)})
