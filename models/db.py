@@ -58,8 +58,12 @@ def _on_sqlite_connect(dbapi_connection, _record) -> None:
 
 def _on_sqlite_begin(conn) -> None:
     # Take the write lock at BEGIN: a deferred transaction that reads and then writes can hit
-    # SQLITE_BUSY without waiting for the busy timeout.
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    # SQLITE_BUSY without waiting for the busy timeout. Connections that only read say so
+    # (`execution_options(teamflow_read_only=True)`) and do not queue behind writers.
+    if conn.get_execution_options().get("teamflow_read_only"):
+        conn.exec_driver_sql("BEGIN")
+    else:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
 def make_engine(url: str) -> sa.Engine:
@@ -107,10 +111,12 @@ def session_scope(session: Session | None = None) -> Iterator[Session]:
     with Session(engine(), expire_on_commit=False) as new:
         try:
             yield new
-            new.commit()
         except BaseException:
             new.rollback()
             raise
+        # Outside the `try`: an error while committing (or in what runs after the commit,
+        # such as the file mirror) must surface as itself, not as a failed rollback.
+        new.commit()
 
 
 def alembic_config(url: str | None = None):
@@ -134,7 +140,8 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
     except sa.exc.OperationalError as exc:
-        raise DatabaseError(f"cannot reach the database at {redact(url)}: {exc.orig}") from None
+        reason = (str(exc.orig).strip().splitlines() or ["no answer"])[0]
+        raise DatabaseError(f"cannot reach the database at {redact(url)}: {reason}") from None
 
 
 def current_revision(url: str | None = None) -> str | None:

@@ -13,22 +13,29 @@ write it, and `type` names it, so both a person and a program can read the entry
 from __future__ import annotations
 
 import json
+import os
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import sqlalchemy as sa
-from pydantic import ConfigDict, Field, StrictBool, TypeAdapter, model_validator
+from pydantic import ConfigDict, Field, StrictBool, TypeAdapter, ValidationError, model_validator
 from sqlmodel import Field as SQLField
-from sqlmodel import SQLModel
+from sqlmodel import Session, SQLModel, select
 
+from models import db, mirror
 from models.base import (
     JsTimestamp,
     MemberName,
     WireModel,
+    check_member_name,
+    format_js_timestamp,
     json_column,
     utc_column,
     utcnow,
 )
+from models.db import session_scope
+from models.mirror import mark
 
 
 class MessageColor(StrEnum):
@@ -202,14 +209,20 @@ class InboxRow(SQLModel, table=True):
 
     __tablename__ = "inbox_messages"
     __table_args__ = (
-        sa.Index("ix_inbox_messages_unread", "team", "recipient", "read", "id"),
+        sa.UniqueConstraint("team", "recipient", "seq", name="uq_inbox_messages_seq"),
+        sa.UniqueConstraint("team", "recipient", "message_id", name="uq_inbox_messages_message_id"),
+        sa.Index("ix_inbox_messages_unread", "team", "recipient", "read", "seq"),
         sa.Index("ix_inbox_messages_sender", "team", "recipient", "sender"),
     )
 
     id: int | None = SQLField(default=None, primary_key=True)
-    message_id: str = SQLField(max_length=255, unique=True)
+    seq: int = SQLField(default=0, description="Position in its inbox: 1, 2, 3, ...")
+    message_id: str = SQLField(max_length=255)
     team: str = SQLField(max_length=64)
     recipient: str = SQLField(max_length=255)
+    recipient_agent_id: str | None = SQLField(
+        default=None, max_length=255, description="`001` recipient id when it is not name@team"
+    )
     sender: str = SQLField(max_length=255)
     text: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
     summary: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False, server_default=""))
@@ -259,11 +272,15 @@ class InboxRow(SQLModel, table=True):
 
     def to_entry(self) -> InboxMessage:
         """The row as a `004` inbox entry."""
+        return InboxMessage.model_validate(self.entry_dict())
+
+    def entry_dict(self) -> dict[str, Any]:
+        """The row as a `004` inbox entry, JSON-ready (fast: the row was validated on write)."""
         data: dict[str, Any] = {
             "from": self.sender,
             "text": self.text,
             "summary": self.summary,
-            "timestamp": self.timestamp,
+            "timestamp": format_js_timestamp(self.timestamp),
             "color": self.color,
             "read": self.read,
         }
@@ -277,7 +294,7 @@ class InboxRow(SQLModel, table=True):
         if self.meta is not None and "metadata" in present:
             data["metadata"] = self.meta
         data.update(self.extra or {})
-        return InboxMessage.model_validate(data)
+        return data
 
     # -- 001 ---------------------------------------------------------------------------------
 
@@ -298,7 +315,7 @@ class InboxRow(SQLModel, table=True):
             color=color,
             type=notification.notification_type,
             payload=payload,
-            extra={"recipient_agent_id": notification.recipient_agent_id},
+            recipient_agent_id=notification.recipient_agent_id,
         )
 
     def to_notification(self) -> Any:
@@ -307,10 +324,11 @@ class InboxRow(SQLModel, table=True):
 
         if self.type not in NOTIFICATION_TYPES:
             raise ValueError(f"message {self.message_id} of type {self.type!r} is no notification")
-        recipient = (self.extra or {}).get("recipient_agent_id") or f"{self.recipient}@{self.team}"
+        recipient = self.recipient_agent_id or f"{self.recipient}@{self.team}"
         return NotificationAdapter.validate_python(
             {
-                "notification_id": self.message_id,
+                # 001 ids are UUIDs; teamflow's message ids are `msg-{uuid}`.
+                "notification_id": self.message_id.removeprefix("msg-"),
                 "timestamp": self.timestamp,
                 "recipient_agent_id": recipient,
                 "notification_type": self.type,
@@ -383,3 +401,461 @@ def _notification_text(kind: str, payload: dict[str, Any]) -> str:
         if isinstance(value, str) and value:
             return value
     return json.dumps(payload, sort_keys=True)
+
+
+class InboxCounter(SQLModel, table=True):
+    """Per inbox: a dense sequence for its messages and a version bumped on every change.
+
+    Taken with a row lock in the same transaction as the change, so `seq` follows commit
+    order on PostgreSQL too; the file mirror appends what came after the `seq` it last wrote,
+    and rewrites the file when the version says something other than an append happened.
+    """
+
+    __tablename__ = "inbox_counters"
+
+    team: str = SQLField(primary_key=True, max_length=64)
+    member: str = SQLField(primary_key=True, max_length=64)
+    seq: int = SQLField(default=0)
+    version: int = SQLField(default=0)
+
+
+# --- the store -----------------------------------------------------------------------------
+
+DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+
+
+class InboxError(ValueError):
+    """A refused inbox operation; the message is one line for the user."""
+
+
+def max_message_bytes() -> int:
+    """The largest message text accepted (`TEAMFLOW_MAX_MESSAGE_BYTES`, default 1 MiB)."""
+    return int(os.environ.get("TEAMFLOW_MAX_MESSAGE_BYTES") or DEFAULT_MAX_MESSAGE_BYTES)
+
+
+def create_inbox(session: Session, team: str, member: str) -> None:
+    """Starts an empty inbox for a new member (its counter, and its file on commit)."""
+    session.add(InboxCounter(team=team, member=member))
+    mark(session, "inbox", (team, member))
+
+
+def send(
+    team: str,
+    *,
+    to: str,
+    sender: str,
+    text: str,
+    summary: str | None = None,
+    type: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    payload: dict[str, Any] | None = None,
+    session: Session | None = None,
+) -> InboxRow:
+    """Puts a message in one active member's inbox and returns it.
+
+    The sender is a member of the team or `system`; the message gets a unique `messageId`,
+    a UTC timestamp and the sender's colour. Refused (`InboxError`/`TeamError`, nothing
+    written) for an unknown or shut-down recipient, an unknown sender, an unknown type or
+    a text over the size limit.
+    """
+    with session_scope(session) as s:
+        color = _check_route(s, team, to, sender)
+        return _deliver(s, team, to, sender, color, text, summary, type, metadata, payload)
+
+
+def broadcast(
+    team: str,
+    *,
+    sender: str,
+    text: str,
+    summary: str | None = None,
+    type: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    session: Session | None = None,
+) -> list[InboxRow]:
+    """Sends one message to every active member of the team but the sender."""
+    from models.team import list_members
+
+    with session_scope(session) as s:
+        color = _sender_color(s, team, sender)
+        members = [m for m in list_members(team, active=True, session=s) if m.name != sender]
+        return [
+            _deliver(s, team, m.name, sender, color, text, summary, type, metadata, None)
+            for m in members
+        ]
+
+
+def send_payload(
+    team: str,
+    *,
+    to: str,
+    sender: str,
+    payload: TeamPayload,
+    summary: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    session: Session | None = None,
+) -> InboxRow:
+    """Sends a typed message: its JSON is the entry's `text`, its `type` the entry's type."""
+    return send(
+        team,
+        to=to,
+        sender=sender,
+        text=payload.to_json(),
+        summary=summary or payload.type.replace("_", " "),
+        type=payload.type,
+        metadata=metadata,
+        payload=payload.model_dump(mode="json", by_alias=True),
+        session=session,
+    )
+
+
+def send_system_init(session: Session, team: str, member: str, prompt: str) -> InboxRow:
+    """`004` initial system message: the member's prompt, from `system`."""
+    return _deliver(
+        session, team, member, "system", "system", prompt, "Initial system prompt",
+        MessageType.SYSTEM_INIT.value, None, None,
+    )  # fmt: skip
+
+
+def messages(
+    team: str,
+    member: str,
+    *,
+    unread: bool = False,
+    sender: str | None = None,
+    mark_read: bool = False,
+    session: Session | None = None,
+) -> list[InboxRow]:
+    """A member's messages, oldest first; `mark_read` marks the ones returned as read."""
+    from models.team import get_member, get_team
+
+    with session_scope(session) as s:
+        get_team(s, team)
+        get_member(s, team, member)
+        query = select(InboxRow).where(InboxRow.team == team, InboxRow.recipient == member)
+        if unread:
+            query = query.where(InboxRow.read == sa.false())
+        if sender is not None:
+            query = query.where(InboxRow.sender == sender)
+        rows = list(s.exec(query.order_by(InboxRow.seq)))
+        if mark_read:
+            _mark(s, team, member, [r.message_id for r in rows if not r.read])
+        return rows
+
+
+def unread_counts(session: Session, team: str) -> dict[str, int]:
+    """Unread messages per member of `team` (members with none are left out)."""
+    query = (
+        select(InboxRow.recipient, sa.func.count())
+        .where(InboxRow.team == team, InboxRow.read == sa.false())
+        .group_by(InboxRow.recipient)
+    )
+    return dict(session.exec(query).all())
+
+
+def parse_payload(kind: str, text: str) -> TeamPayload:
+    """A typed message from its JSON text; `InboxError` naming the field if it is not one."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise InboxError(
+            f"a {kind} message takes its JSON as the text; got: {text[:60]!r}"
+        ) from None
+    if isinstance(data, dict):
+        data.setdefault("type", kind)
+    try:
+        payload = TeamPayloadAdapter.validate_python(data)
+    except ValidationError as exc:
+        from models.formats import error_lines
+
+        raise InboxError(f"{kind}: " + "; ".join(error_lines(exc))) from None
+    if payload.type != kind:
+        raise InboxError(f"--type {kind} does not match the text's type {payload.type}")
+    return payload
+
+
+def unread_count(team: str, member: str, *, session: Session | None = None) -> int:
+    """How many unread messages a member has."""
+    with session_scope(session) as s:
+        query = select(sa.func.count()).where(
+            InboxRow.team == team, InboxRow.recipient == member, InboxRow.read == sa.false()
+        )
+        return s.exec(query).one()
+
+
+def mark_read(
+    team: str, member: str, message_ids: list[str] | None = None, *, session: Session | None = None
+) -> int:
+    """Marks the given messages (default: all) read; returns how many changed."""
+    from models.team import get_member
+
+    with session_scope(session) as s:
+        get_member(s, team, member)
+        if message_ids is not None:
+            known = set(
+                s.exec(
+                    select(InboxRow.message_id).where(
+                        InboxRow.team == team,
+                        InboxRow.recipient == member,
+                        InboxRow.message_id.in_(message_ids),
+                    )
+                )
+            )
+            missing = [m for m in message_ids if m not in known]
+            if missing:
+                raise InboxError(f"{member!r} has no message {missing[0]!r}")
+        return _mark(s, team, member, message_ids)
+
+
+def _mark(session: Session, team: str, member: str, message_ids: list[str] | None) -> int:
+    query = sa.update(InboxRow).where(
+        InboxRow.team == team, InboxRow.recipient == member, InboxRow.read == sa.false()
+    )
+    if message_ids is not None:
+        if not message_ids:
+            return 0
+        query = query.where(InboxRow.message_id.in_(message_ids))
+    changed = session.exec(query.values(read=True)).rowcount
+    if changed:
+        _bump(session, team, member, appended=False)
+        mark(session, "inbox", (team, member))
+    return changed
+
+
+def _check_route(session: Session, team: str, to: str, sender: str) -> str:
+    """Checks that `to` is an active member and `sender` a member (or system) of `team`.
+
+    Returns the sender's colour. One query in the common case; the precise error otherwise.
+    """
+    from models.team import Member, get_member, get_team
+
+    check_member_name(to)
+    check_member_name(sender)
+    rows = {
+        m.name: m
+        for m in session.exec(
+            select(Member).where(Member.team == team, Member.name.in_([to, sender]))
+        )
+    }
+    recipient = rows.get(to)
+    if recipient is None or not recipient.is_active:
+        get_team(session, team)
+        try:
+            get_member(session, team, to, active=True)
+        except ValueError as exc:
+            raise InboxError(f"cannot deliver: {exc}") from None
+    if sender == "system":
+        return MessageColor.SYSTEM.value
+    if sender not in rows:
+        raise InboxError(f"unknown sender: team {team!r} has no member named {sender!r}")
+    return rows[sender].color
+
+
+def _sender_color(session: Session, team: str, sender: str) -> str:
+    from models.team import get_member
+
+    if sender == "system":
+        return MessageColor.SYSTEM.value
+    try:
+        return get_member(session, team, sender).color
+    except ValueError as exc:
+        raise InboxError(f"unknown sender: {exc}") from None
+
+
+def _bump(session: Session, team: str, member: str, *, appended: bool) -> int:
+    """Advances the inbox counter (row-locked until commit); returns the new `seq`."""
+    table = InboxCounter.__table__
+    values = {"version": table.c.version + 1}
+    if appended:
+        values["seq"] = table.c.seq + 1
+    result = session.execute(
+        sa.update(table)
+        .where(table.c.team == team, table.c.member == member)
+        .values(**values)
+        .returning(table.c.seq)
+    ).first()
+    if result is None:
+        raise InboxError(f"team {team!r} has no inbox for {member!r}")
+    return result[0]
+
+
+def _deliver(
+    session: Session,
+    team: str,
+    recipient: str,
+    sender: str,
+    color: str,
+    text: str,
+    summary: str | None,
+    type: str | None,
+    metadata: dict[str, Any] | None,
+    payload: dict[str, Any] | None,
+    *,
+    message_id: str | None = None,
+    timestamp: Any = None,
+    read: bool = False,
+) -> InboxRow:
+    if len(text.encode()) > max_message_bytes():
+        raise InboxError(
+            f"message of {len(text.encode())} bytes is over the limit of {max_message_bytes()} "
+            "(TEAMFLOW_MAX_MESSAGE_BYTES)"
+        )
+    entry = {
+        "from": sender,
+        "text": text,
+        "summary": summary if summary is not None else _summary(text),
+        "timestamp": timestamp or utcnow(),
+        "color": color,
+        "read": read,
+        "messageId": message_id or _new_message_id(),
+    }
+    if type is not None:
+        entry["type"] = type
+    if metadata is not None:
+        entry["metadata"] = metadata
+    try:
+        validated = InboxMessage.model_validate(entry)
+    except ValidationError as exc:
+        from models.formats import error_lines
+
+        raise InboxError("; ".join(error_lines(exc))) from None
+    row = InboxRow.from_entry(team, recipient, validated)
+    if payload is not None:
+        row.payload = payload
+    row.fields_set = None
+    row.seq = _bump(session, team, recipient, appended=True)
+    session.add(row)
+    mark(session, "inbox", (team, recipient))
+    return row
+
+
+def _summary(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= 80 else line[:77] + "..."
+
+
+# --- the inbox files -----------------------------------------------------------------------
+
+
+class SyncError(ValueError):
+    """An inbox file teamflow cannot take in; says which file, entry and field."""
+
+
+def refresh_file(team: str, member: str) -> tuple[int, int]:
+    """Brings `inboxes/{member}.json` up to date, first taking in what others wrote there.
+
+    Returns what was taken in: (messages added, messages marked read).
+    """
+    path = mirror.inbox_path(team, member)
+    taken = (0, 0)
+    with mirror.inbox_lock(team):
+        changed = mirror.changed_outside(path)
+        if changed:
+            taken = take_in(team, member, path)
+        state = None if changed else mirror.read_state(path)
+        with db.engine().connect().execution_options(teamflow_read_only=True) as conn:
+            counter = conn.execute(
+                sa.select(InboxCounter.seq, InboxCounter.version).where(
+                    InboxCounter.team == team, InboxCounter.member == member
+                )
+            ).first()
+            if counter is None:  # the member is gone
+                return taken
+            seq, version = counter
+
+            def entries_after(since: int) -> list[dict[str, Any]]:
+                rows = conn.execute(
+                    sa.select(InboxRow.__table__)
+                    .where(
+                        InboxRow.team == team,
+                        InboxRow.recipient == member,
+                        InboxRow.seq > since,
+                        InboxRow.seq <= seq,
+                    )
+                    .order_by(InboxRow.seq)
+                )
+                return [InboxRow(**row._mapping).entry_dict() for row in rows]
+
+            only_appends = (
+                state is not None
+                and seq >= state.seq
+                and version - state.version == seq - state.seq
+            )
+            mirror.write_inbox(
+                team,
+                member,
+                seq=seq,
+                version=version,
+                appended=entries_after(state.seq) if only_appends and state else None,
+                everything=lambda: entries_after(0),
+            )
+        return taken
+
+
+def take_in(team: str, member: str, path: Path) -> tuple[int, int]:
+    """Takes messages appended to, and read flags set in, an inbox file into the database.
+
+    Returns (messages added, messages marked read). Entries already known (by `messageId`)
+    are not added again; a read flag is only ever set, never cleared. A malformed file is
+    refused whole, naming the file, the entry and the field.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SyncError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise SyncError(f"{path}: an inbox file must be a JSON array")
+    entries: list[InboxMessage] = []
+    for i, item in enumerate(data):
+        try:
+            entries.append(InboxMessage.model_validate(item))
+        except ValidationError as exc:
+            from models.formats import error_lines
+
+            raise SyncError(f"{path}: entry {i}: {error_lines(exc)[0]}") from None
+    added = marked = 0
+    with session_scope() as s:
+        rows = list(
+            s.exec(select(InboxRow).where(InboxRow.team == team, InboxRow.recipient == member))
+        )
+        known = {r.message_id: r.read for r in rows}
+        # Entries kept without a messageId (as imported) are known by sender, time and text.
+        by_content = {
+            (r.sender, r.timestamp, r.text): r.message_id
+            for r in rows
+            if r.fields_set is not None and "messageId" not in r.fields_set
+        }
+        to_mark: list[str] = []
+        for entry in entries:
+            message_id = entry.message_id or by_content.get(
+                (entry.from_, entry.timestamp, entry.text)
+            )
+            if message_id in known:
+                if entry.read and not known[message_id]:
+                    to_mark.append(message_id)
+                    known[message_id] = True
+                continue
+            row = InboxRow.from_entry(team, member, entry)
+            row.fields_set = None  # written back with its (possibly new) messageId
+            row.seq = _bump(s, team, member, appended=True)
+            s.add(row)
+            known[row.message_id] = row.read
+            added += 1
+        if to_mark:
+            marked = _mark(s, team, member, to_mark)
+        s.info.pop("teamflow_mirror", None)  # the caller holds the lock and writes the file
+    return added, marked
+
+
+def sync(team: str) -> dict[str, tuple[int, int]]:
+    """Takes in every inbox file of `team`; returns (added, marked read) per member."""
+    from models.team import list_members
+
+    return {member.name: refresh_file(team, member.name) for member in list_members(team)}
+
+
+def _write_inbox(team: str, member: str) -> None:
+    refresh_file(team, member)
+
+
+mirror.register("inbox", _write_inbox)

@@ -16,22 +16,29 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 from sqlmodel import Field as SQLField
-from sqlmodel import SQLModel
+from sqlmodel import Session, SQLModel, select
 
+from models import mirror
 from models.base import (
     JsTimestamp,
     MemberName,
     TeamName,
     WireModel,
+    check_member_name,
+    check_team_name,
+    format_js_timestamp,
     json_column,
     utc_column,
     utcnow,
 )
+from models.db import session_scope
+from models.mirror import mark
 
 DEFAULT_MODELS = ("haiku", "sonnet", "opus")
 """`004`: the models a team allows unless its config widens the set (`allowedModels`)."""
@@ -317,3 +324,251 @@ class Member(SQLModel, table=True):
         data.update(self.extra or {})
         # The row was validated against its team's allowed models when it was written.
         return TeamMember.model_validate(data, context={"allowed_models": (self.model,)})
+
+
+# --- the store -----------------------------------------------------------------------------
+
+
+class TeamError(ValueError):
+    """A refused team or member operation; the message is one line for the user."""
+
+
+LEAD_COLOR = Color.YELLOW  # 004: yellow is the coordinators' colour
+MEMBER_COLORS = list(Color)
+
+
+def get_team(session: Session, name: str) -> Team:
+    """The team called `name`; `TeamError` if there is none (or the name is malformed)."""
+    check_team_name(name)
+    team = session.get(Team, name)
+    if team is None:
+        raise TeamError(f"no team named {name!r}")
+    return team
+
+
+def get_member(session: Session, team: str, name: str, *, active: bool = False) -> Member:
+    """A member of `team`; `TeamError` if unknown (or, with `active`, shut down)."""
+    check_member_name(name)
+    member = session.get(Member, (team, name))
+    if member is None:
+        raise TeamError(f"team {team!r} has no member named {name!r}")
+    if active and not member.is_active:
+        raise TeamError(f"member {name!r} of team {team!r} is shut down")
+    return member
+
+
+def list_teams(*, session: Session | None = None) -> list[Team]:
+    with session_scope(session) as s:
+        return list(s.exec(select(Team).order_by(Team.name)))
+
+
+def list_members(
+    team: str, *, active: bool = False, session: Session | None = None
+) -> list[Member]:
+    with session_scope(session) as s:
+        get_team(s, team)
+        query = select(Member).where(Member.team == team)
+        if active:
+            query = query.where(Member.is_active == sa.true())
+        return list(s.exec(query.order_by(Member.position)))
+
+
+def config_of(session: Session, team: Team) -> TeamConfig:
+    """The team's `config.json`, from the database."""
+    members = session.exec(select(Member).where(Member.team == team.name).order_by(Member.position))
+    return team.to_wire(list(members))
+
+
+def create_team(
+    name: str,
+    *,
+    description: str,
+    lead: str = "team-lead",
+    lead_model: str = "opus",
+    lead_prompt: str | None = None,
+    session: Session | None = None,
+) -> Team:
+    """Creates a team and its lead (a member too, in the coordinators' yellow)."""
+    check_team_name(name)
+    check_member_name(lead)
+    with session_scope(session) as s:
+        if s.get(Team, name) is not None:
+            raise TeamError(f"team {name!r} exists already")
+        config = _validated_config(
+            {"name": name, "description": description, "members": [], "createdAt": utcnow()}
+        )
+        team = Team.from_wire(config, lead=lead)
+        team.schema_version = SCHEMA_VERSION
+        s.add(team)
+        s.flush()
+        add_member(
+            name,
+            lead,
+            model=lead_model,
+            prompt=lead_prompt or f"You lead the team {name}: {description}",
+            color=LEAD_COLOR.value,
+            session=s,
+        )
+        mark(s, "config", (name,))
+        return team
+
+
+def add_member(
+    team: str,
+    name: str,
+    *,
+    model: str,
+    prompt: str,
+    agent_type: str = AgentType.GENERAL_PURPOSE.value,
+    backend: str = BackendType.IN_PROCESS.value,
+    color: str | None = None,
+    tmux_pane_id: str | None = None,
+    plan_mode_required: bool | None = None,
+    runtime: dict | None = None,
+    session: Session | None = None,
+) -> Member:
+    """Adds a member: `agentId` derived, colour in the seed's order unless given, active."""
+    from models.inbox import create_inbox, send_system_init
+
+    with session_scope(session) as s:
+        team_row = get_team(s, team)
+        check_member_name(name)
+        if s.get(Member, (team, name)) is not None:
+            raise TeamError(f"team {team!r} has a member named {name!r} already")
+        members = list(s.exec(select(Member).where(Member.team == team)))
+        if color is None:
+            others = [m for m in members if m.name != team_row.lead]
+            color = MEMBER_COLORS[len(others) % len(MEMBER_COLORS)].value
+        data: dict[str, Any] = {
+            "agentId": agent_id(name, team),
+            "name": name,
+            "agentType": agent_type,
+            "model": model,
+            "prompt": prompt,
+            "color": color,
+            "backendType": backend,
+            "isActive": True,
+            "spawnedAt": utcnow(),
+        }
+        if tmux_pane_id is not None:
+            data["tmuxPaneId"] = tmux_pane_id
+        if plan_mode_required is not None:
+            data["planModeRequired"] = plan_mode_required
+        wire = _validated_member(data, team_row)
+        position = max((m.position for m in members), default=-1) + 1
+        member = Member.from_wire(team, wire, position=position)
+        member.runtime = runtime or {}
+        s.add(member)
+        s.flush()
+        create_inbox(s, team, name)
+        if name != team_row.lead:
+            send_system_init(s, team, name, prompt)
+        team_row.updated_at = utcnow()
+        mark(s, "config", (team,))
+        return member
+
+
+def delete_team(name: str, *, session: Session | None = None) -> None:
+    """Deletes a team: its rows in every table and its files."""
+    with session_scope(session) as s:
+        get_team(s, name)
+        for table in metadata_tables_with_team():
+            s.exec(sa.delete(table).where(table.c.team == name))
+        s.exec(sa.delete(Team.__table__).where(Team.__table__.c.name == name))
+        mark(s, "deleted", (name,))
+
+
+def metadata_tables_with_team() -> list[sa.Table]:
+    """Every table with a `team` column, children first."""
+    from models.tables import metadata
+
+    return [t for t in reversed(metadata.sorted_tables) if "team" in t.c and t.name != "teams"]
+
+
+def set_member(team: str, name: str, *, session: Session | None = None, **changes: Any) -> Member:
+    """Changes fields of a member (e.g. `is_active`, `shutdown_at`, `meta`)."""
+    with session_scope(session) as s:
+        member = get_member(s, team, name)
+        for key, value in changes.items():
+            setattr(member, key, value)
+        s.add(member)
+        mark(s, "config", (team,))
+        return member
+
+
+def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | None = None) -> Any:
+    """Records that a member is alive: its `agent_state` row's status and `last_heartbeat`."""
+    from models.agent import AgentStateRow, AgentStateStatus
+
+    try:
+        status = AgentStateStatus(status).value
+    except ValueError:
+        choices = ", ".join(s.value for s in AgentStateStatus)
+        raise TeamError(f"status {status!r} is not one of {choices}") from None
+    with session_scope(session) as s:
+        member = get_member(s, team, name)
+        state = s.get(AgentStateRow, member.agent_id)
+        now = utcnow()
+        if state is None:
+            state = AgentStateRow(agent_id=member.agent_id, team=team, created_at=now)
+        state.status = status
+        state.last_heartbeat = now
+        state.updated_at = now
+        s.add(state)
+        s.flush()
+        return state
+
+
+def team_state(team: str, *, session: Session | None = None) -> dict[str, Any]:
+    """`004` "Export Team State" (team, created, active_members, total_members) + unread."""
+    from models.inbox import unread_counts
+
+    with session_scope(session) as s:
+        row = get_team(s, team)
+        members = list(s.exec(select(Member).where(Member.team == team).order_by(Member.position)))
+        unread = unread_counts(s, team)
+        return {
+            "team": row.name,
+            "created": format_js_timestamp(row.created_at),
+            "active_members": [m.name for m in members if m.is_active],
+            "total_members": len(members),
+            "unread": {m.name: unread.get(m.name, 0) for m in members},
+        }
+
+
+def _validated_config(data: dict[str, Any]) -> TeamConfig:
+    try:
+        return TeamConfig.model_validate(data)
+    except ValidationError as exc:
+        raise TeamError(_one_line(exc)) from None
+
+
+def _validated_member(data: dict[str, Any], team: Team) -> TeamMember:
+    allowed = tuple(DEFAULT_MODELS) + tuple(team.allowed_models or ())
+    try:
+        return TeamMember.model_validate(data, context={"allowed_models": allowed})
+    except ValidationError as exc:
+        raise TeamError(_one_line(exc)) from None
+
+
+def _one_line(exc: ValidationError) -> str:
+    from models.formats import error_lines
+
+    return "; ".join(error_lines(exc))
+
+
+def _write_config(team: str) -> None:
+    from models.db import engine
+
+    with Session(engine()) as s:
+        row = s.get(Team, team)
+        if row is not None:
+            mirror.write_config(team, config_of(s, row).to_wire())
+
+
+def _remove_files(team: str) -> None:
+    mirror.remove_team_files(team)
+
+
+mirror.register("config", _write_config)
+mirror.register("deleted", _remove_files)

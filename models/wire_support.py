@@ -1,6 +1,6 @@
 """Helpers shared by the wire schemas and tables of `000` and `001` (and `004` task status).
 
-- `row_values` / `wire_values`: a table row that stores a wire schema column by column gives
+- `row_values` / `wire_from_row`: a table row that stores a wire schema column by column gives
   back exactly the JSON it was built from, including the optional keys the wire set to an
   explicit `null` (recorded in the row's `explicit_nulls` column) and leaving out the ones it
   did not have.
@@ -15,7 +15,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError, ValidatorFunctionWrapHandler, WrapValidator
-from pydantic_core import InitErrorDetails
+from pydantic_core import InitErrorDetails, to_jsonable_python
 
 W = TypeVar("W", bound=BaseModel)
 
@@ -32,35 +32,50 @@ def column_value(value: Any) -> Any:
         return value.value
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", by_alias=True)
-    if isinstance(value, list):
-        return [column_value(item) for item in value]
+    if isinstance(value, list | dict):
+        # JSON columns: UUIDs, timestamps and enums inside become their JSON form.
+        return to_jsonable_python(value, by_alias=True)
     return value
 
 
+def has_optional_fields(wire_type: type[BaseModel]) -> bool:
+    """Whether `wire_type` has fields the wire may leave out (and so may set to null)."""
+    return any(not field.is_required() for field in wire_type.model_fields.values())
+
+
 def row_values(wire: BaseModel, *, exclude: set[str] | frozenset[str] = frozenset()) -> dict:
-    """Column values for every field of `wire` (same names), plus its `explicit_nulls`."""
+    """Column values for every field of `wire` (same names), plus its `explicit_nulls` if the
+    format has optional fields."""
     values = {
         name: column_value(getattr(wire, name))
         for name in type(wire).model_fields
         if name not in exclude
     }
-    values["explicit_nulls"] = explicit_nulls(wire)
+    if has_optional_fields(type(wire)):
+        values["explicit_nulls"] = explicit_nulls(wire)
     return values
 
 
-def wire_values(values: dict[str, Any], nulls: list[str] | None) -> dict[str, Any]:
-    """`values` without its None entries, except the fields the wire had set to null."""
+def wire_values(
+    wire_type: type[BaseModel], values: dict[str, Any], nulls: list[str] | None
+) -> dict[str, Any]:
+    """`values` without the None of optional fields the wire left out (not those it set to
+    null). Keys that are no fields of `wire_type` (unknown keys kept by the format) stay."""
+    fields = wire_type.model_fields
     keep = set(nulls or ())
-    return {name: value for name, value in values.items() if value is not None or name in keep}
+    return {
+        name: value
+        for name, value in values.items()
+        if value is not None or name in keep or name not in fields or fields[name].is_required()
+    }
 
 
 def wire_from_row(wire_type: type[W], row: Any, **overrides: Any) -> W:
     """The wire model of `row`, a table whose columns are named like `wire_type`'s fields."""
-    values = {
-        name: getattr(row, name) for name in wire_type.model_fields if name not in overrides
-    }
+    values = {name: getattr(row, name) for name in wire_type.model_fields if name not in overrides}
     values.update(overrides)
-    return wire_type.model_validate(wire_values(values, getattr(row, "explicit_nulls", None)))
+    nulls = getattr(row, "explicit_nulls", None)
+    return wire_type.model_validate(wire_values(wire_type, values, nulls))
 
 
 _TAG_ERRORS = frozenset({"union_tag_invalid", "union_tag_not_found"})

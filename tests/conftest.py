@@ -35,7 +35,6 @@ def _postgres_schema_url(base_url: str, schema: str) -> str:
 def _sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = f"sqlite:///{tmp_path_factory.mktemp('db') / 'teamflow.db'}"
     db.upgrade(url)
-    metadata.create_all(db.engine(url))  # TEMPORARY until the initial migration is generated
     yield url
 
 
@@ -50,7 +49,6 @@ def _postgres_url() -> Iterator[str]:
     url = _postgres_schema_url(POSTGRES_URL, schema)
     try:
         db.upgrade(url)
-        metadata.create_all(db.engine(url))  # TEMPORARY until the initial migration exists
         yield url
     finally:
         db.dispose_engines()

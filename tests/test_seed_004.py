@@ -212,8 +212,10 @@ def test_inbox_entries_round_trip_through_the_database(
     session: Session, db_url: str, name: str
 ) -> None:
     data = load(name)
-    for entry in InboxFile.validate_python(data):
-        session.add(InboxRow.from_entry("research-team", "analyst-1", entry))
+    for seq, entry in enumerate(InboxFile.validate_python(data), start=1):
+        row = InboxRow.from_entry("research-team", "analyst-1", entry)
+        row.seq = seq
+        session.add(row)
     session.commit()
     with Session(db.engine(db_url)) as fresh:
         rows = fresh.exec(select(InboxRow).order_by(InboxRow.id)).all()

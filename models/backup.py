@@ -1,0 +1,277 @@
+"""Moving a team in and out: import a `004` folder, export it, back it up, restore it.
+
+- `import_team(DIR)`: an existing team folder (`config.json` and `inboxes/*.json`) becomes a
+  teamflow team. Everything is validated first; a malformed file aborts the import with the
+  file, the field and the reason, and nothing is written.
+- `export_team(NAME, DIR)`: the team's `config.json` and inboxes, as teamflow mirrors them.
+- `backup(NAME, FILE)`: a `.tar.gz` of `teams/{team}` and `tasks/{team}` and a dump of every
+  database row of the team (`teamflow-backup.json`).
+- `restore(FILE)`: the reverse; refuses to overwrite an existing team without `force`, and
+  refuses any archive member that would land outside the team's folders.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import TypeAdapter, ValidationError
+from sqlmodel import Session
+
+from models import mirror
+from models.base import UTCDateTime, check_member_name, check_team_name, utcnow
+from models.db import session_scope
+from models.formats import error_lines
+from models.inbox import InboxCounter, InboxMessage, InboxRow
+from models.team import Member, Team, TeamConfig, TeamError, config_of, delete_team, get_team
+
+DUMP = "teamflow-backup.json"
+BACKUP_FORMAT = 1
+_Inbox = TypeAdapter(list[InboxMessage])
+
+
+class BackupError(ValueError):
+    """A folder or archive teamflow refuses; says which file and why."""
+
+
+# --- import and export ---------------------------------------------------------------------
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BackupError(f"{path}: no such file") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BackupError(f"{path}: not valid JSON: {exc}") from None
+
+
+def read_team_folder(folder: Path) -> tuple[TeamConfig, dict[str, list[InboxMessage]]]:
+    """Reads and validates a `004` team folder; `BackupError` names the file and field."""
+    config_file = folder / "config.json"
+    try:
+        config = TeamConfig.model_validate(_read_json(config_file))
+    except ValidationError as exc:
+        raise BackupError(f"{config_file}: {error_lines(exc)[0]}") from None
+    names = {m.name for m in config.members}
+    inboxes: dict[str, list[InboxMessage]] = {}
+    inbox_folder = folder / "inboxes"
+    for path in sorted(inbox_folder.glob("*.json")) if inbox_folder.is_dir() else []:
+        if path.is_symlink():
+            raise BackupError(f"{path}: a symlink; refusing to follow it")
+        member = path.stem
+        try:
+            check_member_name(member)
+        except ValueError as exc:
+            raise BackupError(f"{path}: {exc}") from None
+        if member not in names:
+            raise BackupError(f"{path}: {member!r} is not a member in config.json")
+        try:
+            inboxes[member] = _Inbox.validate_python(_read_json(path))
+        except ValidationError as exc:
+            raise BackupError(f"{path}: entry {error_lines(exc)[0]}") from None
+    return config, inboxes
+
+
+def import_team(folder: Path, *, session: Session | None = None) -> Team:
+    """Imports an existing `004` team folder; validates everything before writing anything."""
+    config, inboxes = read_team_folder(Path(folder))
+    with session_scope(session) as s:
+        if s.get(Team, config.name) is not None:
+            raise TeamError(f"team {config.name!r} exists already")
+        lead = _lead_of(config)
+        team = Team.from_wire(config, lead=lead)
+        s.add(team)
+        s.flush()
+        for position, member in enumerate(config.members):
+            s.add(Member.from_wire(config.name, member, position=position))
+            entries = inboxes.get(member.name, [])
+            s.add(InboxCounter(team=config.name, member=member.name, seq=len(entries)))
+            for seq, entry in enumerate(entries, start=1):
+                row = InboxRow.from_entry(config.name, member.name, entry)
+                row.seq = seq
+                s.add(row)
+            mirror.mark(s, "inbox", (config.name, member.name))
+        mirror.mark(s, "config", (config.name,))
+        return team
+
+
+def _lead_of(config: TeamConfig) -> str:
+    lead_id = (config.model_extra or {}).get("leadAgentId")
+    if isinstance(lead_id, str) and "@" in lead_id:
+        return lead_id.split("@", 1)[0]
+    return "team-lead"
+
+
+def export_team(name: str, folder: Path, *, session: Session | None = None) -> Path:
+    """Writes the team's `config.json` and `inboxes/*.json` into `folder`."""
+    folder = Path(folder)
+    with session_scope(session) as s:
+        team = get_team(s, name)
+        config = config_of(s, team).to_wire()
+        inboxes = {}
+        for member in config["members"]:
+            rows = s.exec(
+                sa.select(InboxRow)
+                .where(InboxRow.team == name, InboxRow.recipient == member["name"])
+                .order_by(InboxRow.seq)
+            ).scalars()
+            inboxes[member["name"]] = [r.entry_dict() for r in rows]
+    mirror.write_atomic(folder / "config.json", mirror.dump_json(config))
+    for member, entries in inboxes.items():
+        mirror.write_atomic(folder / "inboxes" / f"{member}.json", mirror.dump_json(entries))
+    return folder
+
+
+# --- backup and restore --------------------------------------------------------------------
+
+
+def _team_rows(session: Session, team: str) -> dict[str, list[dict[str, Any]]]:
+    """Every database row that belongs to `team`, by table, in dependency order."""
+    from models.tables import metadata
+
+    dump: dict[str, list[dict[str, Any]]] = {}
+    task_ids: list[Any] = []
+    for table in metadata.sorted_tables:
+        if table.name == "teams":
+            query = sa.select(table).where(table.c.name == team)
+        elif "team" in table.c:
+            query = sa.select(table).where(table.c.team == team)
+        elif table.name == "task_assignees":
+            query = sa.select(table).where(table.c.task_id.in_(task_ids))
+        elif "agent_id" in table.c:
+            query = sa.select(table).where(table.c.agent_id.like(f"%@{team}"))
+        else:
+            continue
+        rows = [dict(r._mapping) for r in session.execute(query)]
+        if table.name == "tasks":
+            task_ids = [r["id"] for r in rows]
+        if rows:
+            dump[table.name] = [{k: _jsonable(v) for k, v in r.items()} for r in rows]
+    return dump
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+def _from_json(column: sa.Column, value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(column.type, UTCDateTime):
+        return datetime.fromisoformat(value)
+    if isinstance(column.type, sa.Uuid):
+        return uuid.UUID(value)
+    return value
+
+
+def backup(name: str, out: Path, *, session: Session | None = None) -> Path:
+    """Writes `out` (.tar.gz): the team's folders and a dump of its database rows."""
+    out = Path(out)
+    with session_scope(session) as s:
+        get_team(s, name)
+        rows = _team_rows(s, name)
+    dump = {"format": BACKUP_FORMAT, "team": name, "created": utcnow().isoformat(), "rows": rows}
+    root = mirror.home()
+    with tarfile.open(out, "w:gz") as tar:
+        for folder in (mirror.team_dir(name), mirror.tasks_dir(name)):
+            if folder.exists():
+                tar.add(folder, arcname=str(folder.relative_to(root)), filter=_no_links)
+        data = json.dumps(dump, indent=2, ensure_ascii=False).encode()
+        info = tarfile.TarInfo(DUMP)
+        info.size = len(data)
+        info.mtime = int(utcnow().timestamp())
+        info.mode = 0o600
+        tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+def _no_links(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    if info.issym() or info.islnk():
+        return None
+    if info.name.endswith(".state") or info.name.endswith(".lock"):
+        return None  # teamflow's own bookkeeping; rebuilt on restore
+    return info
+
+
+def restore(archive: Path, *, force: bool = False) -> str:
+    """Restores a team from a `backup` archive; returns its name.
+
+    Refuses an existing team unless `force` (which replaces it), and any archive member that
+    is a link, a device, absolute, or outside `teams/{team}` and `tasks/{team}`.
+    """
+    from models.tables import metadata
+
+    try:
+        tar = tarfile.open(Path(archive), "r:gz")  # noqa: SIM115 (closed by the `with` below)
+    except (OSError, tarfile.TarError) as exc:
+        raise BackupError(f"{archive}: not a teamflow backup: {exc}") from None
+    with tar:
+        try:
+            dump = json.loads(tar.extractfile(DUMP).read())  # type: ignore[union-attr]
+        except (KeyError, AttributeError, ValueError):
+            raise BackupError(f"{archive}: has no readable {DUMP}") from None
+        if dump.get("format") != BACKUP_FORMAT:
+            raise BackupError(f"{archive}: backup format {dump.get('format')!r} is unknown")
+        name = check_team_name(str(dump.get("team", "")))
+        members = _checked_members(tar, name, archive)
+        with session_scope() as s:
+            exists = s.get(Team, name) is not None
+        if exists and not force:
+            raise TeamError(f"team {name!r} exists; restore with --force to replace it")
+        if exists:
+            delete_team(name)
+        with session_scope() as s:
+            for table in metadata.sorted_tables:
+                rows = dump["rows"].get(table.name, [])
+                if rows:
+                    s.execute(
+                        table.insert(),
+                        [{k: _from_json(table.c[k], v) for k, v in r.items()} for r in rows],
+                    )
+        root = mirror.home()
+        for info in members:
+            target = root / info.name
+            if info.isdir():
+                mirror.ensure_dir(target)
+            else:
+                mirror.write_atomic(target, tar.extractfile(info).read())  # type: ignore[union-attr]
+    # The files now match the restored rows; record that, so no outside change is seen.
+    from models.inbox import refresh_file
+    from models.team import _write_config
+
+    _write_config(name)
+    for member in dump["rows"].get("members", []):
+        refresh_file(name, member["name"])
+    return name
+
+
+def _checked_members(tar: tarfile.TarFile, team: str, archive: Path) -> list[tarfile.TarInfo]:
+    allowed = (f"teams/{team}", f"tasks/{team}")
+    members = []
+    for info in tar.getmembers():
+        if info.name == DUMP:
+            continue
+        path = Path(info.name)
+        if (
+            info.name.startswith("/")
+            or ".." in path.parts
+            or not (info.isfile() or info.isdir())
+            or not any(info.name == a or info.name.startswith(a + "/") for a in allowed)
+        ):
+            raise BackupError(
+                f"{archive}: refusing member {info.name!r}: "
+                "outside the team's folders, or not a plain file or folder"
+            )
+        members.append(info)
+    return members

@@ -1,0 +1,397 @@
+"""What agents know and work in: `000` contexts, prompt templates, projects, resources and
+knowledge entries, and `001` memories; their wire schemas and their tables.
+
+`000` calls its formats strict: every key of a template is required. A key whose absence has a
+meaning (a context at project level has no `thread_id`, a top context no `parent_context`) is
+nullable, and written as `null`, never left out.
+
+The `001` Memory object is a Weaviate object: only its id, type, content and scope are
+required; other keys may be left out, and one the wire writes as `null` stays `null` (the
+`memories` table records such keys in `explicit_nulls`), so a row gives back exactly the JSON
+it was built from.
+"""
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Self
+
+import sqlalchemy as sa
+from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator
+from sqlmodel import Field as SQLField
+from sqlmodel import SQLModel
+
+from models.base import SnakeWireModel, Timestamp, json_column, utc_column
+from models.wire_support import row_values, wire_from_row
+
+Id = Annotated[str, Field(min_length=1)]
+"""An identifier: any non-empty string."""
+
+Score = Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)]
+"""A JSON number from 0.0 to 1.0."""
+
+
+class ElmoStatus(StrEnum):
+    """`000` `status` of a Context, a Project Definition and an Agent Configuration."""
+
+    READY = "ready"
+    RUNNING = "running"
+    PENDING = "pending"
+    FINISHED = "finished"
+
+
+class ResourceType(StrEnum):
+    """`000` resource `type`."""
+
+    FILE = "file"
+    LINK = "link"
+    DATA = "data"
+
+
+class ResourceAccess(StrEnum):
+    """`000` resource `access`."""
+
+    READ = "read"
+    WRITE = "write"
+
+
+# --- 000 Context ---------------------------------------------------------------------------
+
+
+class ContextResource(SnakeWireModel):
+    """`000` Context `resources` item: a file, link or data set the context may use."""
+
+    type: ResourceType
+    id: Id
+    path: str = Field(description="File path or URL")
+    access: ResourceAccess
+
+
+class ParentContext(SnakeWireModel):
+    """`000` Context `parent_context`: the project, milestone and task the context sits under."""
+
+    project_id: Id
+    milestone_id: str | None = Field(description="null when the parent is the project")
+    task_id: str | None = Field(description="null when the parent is no task")
+
+
+class Context(SnakeWireModel):
+    """`000` Context: where a piece of work sits (project down to branch) and what it may use."""
+
+    project_id: Id
+    milestone_id: str | None = Field(description="null for a context at project level")
+    task_id: str | None = Field(description="null for a context above task level")
+    process_id: str | None = Field(description="null when no process runs the work")
+    thread_id: str | None = Field(description="null outside a conversation thread")
+    branch_id: str | None = Field(description="null outside a branch")
+    description: str
+    resources: list[ContextResource]
+    tags: list[str]
+    created_at: Timestamp
+    updated_at: Timestamp
+    status: ElmoStatus
+    parent_context: ParentContext | None = Field(description="null for a context at the top")
+
+
+class ContextRow(SQLModel, table=True):
+    """A stored `000` Context; `id` is teamflow's own key (the wire has none)."""
+
+    __tablename__ = "contexts"
+    __table_args__ = (
+        sa.Index("ix_contexts_project_milestone_task", "project_id", "milestone_id", "task_id"),
+    )
+
+    id: uuid.UUID = SQLField(
+        default_factory=uuid.uuid4, sa_column=sa.Column(sa.Uuid, primary_key=True)
+    )
+    project_id: str = SQLField(sa_column=sa.Column(sa.String, nullable=False))
+    milestone_id: str | None = SQLField(default=None, sa_column=sa.Column(sa.String))
+    task_id: str | None = SQLField(default=None, sa_column=sa.Column(sa.String, index=True))
+    process_id: str | None = SQLField(default=None, sa_column=sa.Column(sa.String))
+    thread_id: str | None = SQLField(default=None, sa_column=sa.Column(sa.String, index=True))
+    branch_id: str | None = SQLField(default=None, sa_column=sa.Column(sa.String))
+    description: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    resources: list = SQLField(sa_column=json_column(nullable=False))
+    tags: list = SQLField(sa_column=json_column(nullable=False))
+    created_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    updated_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    status: str = SQLField(sa_column=sa.Column(sa.String(16), nullable=False, index=True))
+    parent_context: dict | None = SQLField(default=None, sa_column=json_column())
+
+    @classmethod
+    def from_wire(cls, wire: Context) -> Self:
+        """A new row (with a new `id`) holding `wire`."""
+        return cls(**row_values(wire))
+
+    def to_wire(self) -> Context:
+        """The row as the `000` Context it was built from."""
+        return wire_from_row(Context, self)
+
+
+# --- 000 LLM Prompt Template ---------------------------------------------------------------
+
+
+class PromptTemplate(SnakeWireModel):
+    """`000` LLM Prompt Template: a versioned prompt text with named variables."""
+
+    template_id: Id
+    version: StrictInt = Field(ge=0, le=2**31 - 1)
+    description: str
+    template: str = Field(description="The prompt text, with the variables to fill in")
+    variables: list[str] = Field(description="Names of the variables the template uses")
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class PromptTemplateRow(SQLModel, table=True):
+    """A stored `000` LLM Prompt Template; one row per template id and version."""
+
+    __tablename__ = "prompt_templates"
+
+    template_id: str = SQLField(sa_column=sa.Column(sa.String, primary_key=True))
+    version: int = SQLField(sa_column=sa.Column(sa.Integer, primary_key=True))
+    description: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    template: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    variables: list = SQLField(sa_column=json_column(nullable=False))
+    created_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    updated_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+
+    @classmethod
+    def from_wire(cls, wire: PromptTemplate) -> Self:
+        """A row holding `wire`."""
+        return cls(**row_values(wire))
+
+    def to_wire(self) -> PromptTemplate:
+        """The row as the `000` LLM Prompt Template it was built from."""
+        return wire_from_row(PromptTemplate, self)
+
+
+# --- 000 Project Definition ----------------------------------------------------------------
+
+
+class ProjectDefinition(SnakeWireModel):
+    """`000` Project Definition: a project, its status and its milestones."""
+
+    project_id: Id
+    name: str = Field(min_length=1)
+    description: str
+    created_at: Timestamp
+    updated_at: Timestamp
+    status: ElmoStatus
+    milestones: list[str] = Field(description="Milestone ids")
+    tags: list[str]
+
+
+class ProjectRow(SQLModel, table=True):
+    """A stored `000` Project Definition."""
+
+    __tablename__ = "projects"
+
+    project_id: str = SQLField(sa_column=sa.Column(sa.String, primary_key=True))
+    name: str = SQLField(sa_column=sa.Column(sa.String, nullable=False, index=True))
+    description: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    created_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    updated_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    status: str = SQLField(sa_column=sa.Column(sa.String(16), nullable=False, index=True))
+    milestones: list = SQLField(sa_column=json_column(nullable=False))
+    tags: list = SQLField(sa_column=json_column(nullable=False))
+
+    @classmethod
+    def from_wire(cls, wire: ProjectDefinition) -> Self:
+        """A row holding `wire`."""
+        return cls(**row_values(wire))
+
+    def to_wire(self) -> ProjectDefinition:
+        """The row as the `000` Project Definition it was built from."""
+        return wire_from_row(ProjectDefinition, self)
+
+
+# --- 000 Resource Definition ---------------------------------------------------------------
+
+
+class ResourceDefinition(SnakeWireModel):
+    """`000` Resource Definition: a file, link or data set, and whether agents may write it."""
+
+    resource_id: Id
+    name: str = Field(min_length=1)
+    type: ResourceType
+    description: str
+    path: str = Field(description="File path or URL")
+    access: ResourceAccess
+    created_at: Timestamp
+    updated_at: Timestamp
+    tags: list[str]
+
+
+class ResourceRow(SQLModel, table=True):
+    """A stored `000` Resource Definition."""
+
+    __tablename__ = "resources"
+
+    resource_id: str = SQLField(sa_column=sa.Column(sa.String, primary_key=True))
+    name: str = SQLField(sa_column=sa.Column(sa.String, nullable=False, index=True))
+    type: str = SQLField(sa_column=sa.Column(sa.String(8), nullable=False, index=True))
+    description: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    path: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    access: str = SQLField(sa_column=sa.Column(sa.String(8), nullable=False))
+    created_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    updated_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    tags: list = SQLField(sa_column=json_column(nullable=False))
+
+    @classmethod
+    def from_wire(cls, wire: ResourceDefinition) -> Self:
+        """A row holding `wire`."""
+        return cls(**row_values(wire))
+
+    def to_wire(self) -> ResourceDefinition:
+        """The row as the `000` Resource Definition it was built from."""
+        return wire_from_row(ResourceDefinition, self)
+
+
+# --- 000 Knowledge Entry -------------------------------------------------------------------
+
+
+class KnowledgeType(StrEnum):
+    """`000` Knowledge Entry `type`: what `content` holds."""
+
+    TEXT = "text"
+    JSON = "json"
+    LINK = "link"
+
+
+class KnowledgeEntry(SnakeWireModel):
+    """`000` Knowledge Entry: a piece of text, JSON or a link that agents can look up."""
+
+    knowledge_id: Id
+    type: KnowledgeType
+    content: str | dict[str, Any] = Field(
+        description="A string for text and link (the URL), a JSON object for json"
+    )
+    summary: str
+    created_at: Timestamp
+    updated_at: Timestamp
+    tags: list[str]
+    source: str = Field(description="Where the knowledge came from: an agent, a document, a URL")
+
+    @field_validator("content")
+    @classmethod
+    def _content_fits_type(cls, value: Any, info: ValidationInfo) -> Any:
+        kind = info.data.get("type")
+        if kind is KnowledgeType.JSON and not isinstance(value, dict):
+            raise ValueError("a json knowledge entry's content must be a JSON object")
+        if kind in (KnowledgeType.TEXT, KnowledgeType.LINK) and not isinstance(value, str):
+            raise ValueError(f"a {kind} knowledge entry's content must be a string")
+        return value
+
+
+class KnowledgeEntryRow(SQLModel, table=True):
+    """A stored `000` Knowledge Entry (`content` is JSON: a string or an object)."""
+
+    __tablename__ = "knowledge_entries"
+
+    knowledge_id: str = SQLField(sa_column=sa.Column(sa.String, primary_key=True))
+    type: str = SQLField(sa_column=sa.Column(sa.String(8), nullable=False, index=True))
+    content: Any = SQLField(sa_column=json_column(nullable=False))
+    summary: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    created_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    updated_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    tags: list = SQLField(sa_column=json_column(nullable=False))
+    source: str = SQLField(sa_column=sa.Column(sa.String, nullable=False, index=True))
+
+    @classmethod
+    def from_wire(cls, wire: KnowledgeEntry) -> Self:
+        """A row holding `wire`."""
+        return cls(**row_values(wire))
+
+    def to_wire(self) -> KnowledgeEntry:
+        """The row as the `000` Knowledge Entry it was built from."""
+        return wire_from_row(KnowledgeEntry, self)
+
+
+# --- 001 Memory ----------------------------------------------------------------------------
+
+
+class MemoryType(StrEnum):
+    """`001` Memory Types."""
+
+    USER_PREFERENCE = "user_preference"
+    """User settings and preferences."""
+    USER_FACT = "user_fact"
+    """Facts about the user."""
+    CONVERSATION_CONTEXT = "conversation_context"
+    """Context from conversations."""
+    AGENT_PROCEDURE = "agent_procedure"
+    """Learned procedures for agents."""
+    KNOWLEDGE = "knowledge"
+    """General knowledge and facts."""
+    EVENT_PATTERN = "event_pattern"
+    """Recognized event patterns."""
+    ERROR_HANDLING = "error_handling"
+    """Error handling strategies."""
+    PROACTIVE_ACTION = "proactive_action"
+    """Proactive behavior patterns."""
+
+
+class MemoryScope(StrEnum):
+    """`001` Memory `scope`: one agent's memory, or shared by all."""
+
+    INDIVIDUAL = "individual"
+    SHARED = "shared"
+
+
+class Memory(SnakeWireModel):
+    """`001` Memory Object: something an agent remembers, with its embedding and weights."""
+
+    memory_id: uuid.UUID
+    memory_type: MemoryType
+    content: str
+    embedding: list[Annotated[StrictFloat, Field(allow_inf_nan=False)]] | None = Field(
+        default=None,
+        description="The content's embedding vector (768 numbers with nomic-embed-text)",
+    )
+    scope: MemoryScope
+    source: str | None = Field(default=None, description="Who or what the memory came from")
+    agent_id: str | None = Field(default=None, description="The agent the memory belongs to")
+    importance: Score | None = None
+    confidence: Score | None = None
+    tags: list[str] | None = None
+    related_memories: list[uuid.UUID] | None = Field(
+        default=None, description="memory_id of related memories"
+    )
+    created_at: Timestamp | None = None
+    updated_at: Timestamp | None = None
+    last_accessed: Timestamp | None = None
+    access_count: StrictInt | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
+class MemoryRow(SQLModel, table=True):
+    """A stored `001` Memory (the embedding is a JSON array)."""
+
+    __tablename__ = "memories"
+    __table_args__ = (sa.Index("ix_memories_agent_type", "agent_id", "memory_type"),)
+
+    memory_id: uuid.UUID = SQLField(sa_column=sa.Column(sa.Uuid, primary_key=True))
+    memory_type: str = SQLField(sa_column=sa.Column(sa.String(32), nullable=False, index=True))
+    content: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    embedding: list | None = SQLField(default=None, sa_column=json_column())
+    scope: str = SQLField(sa_column=sa.Column(sa.String(16), nullable=False, index=True))
+    source: str | None = SQLField(default=None, sa_column=sa.Column(sa.String))
+    agent_id: str | None = SQLField(default=None, sa_column=sa.Column(sa.String))
+    importance: float | None = SQLField(default=None, sa_column=sa.Column(sa.Float))
+    confidence: float | None = SQLField(default=None, sa_column=sa.Column(sa.Float))
+    tags: list | None = SQLField(default=None, sa_column=json_column())
+    related_memories: list | None = SQLField(default=None, sa_column=json_column())
+    created_at: datetime | None = SQLField(default=None, sa_column=utc_column())
+    updated_at: datetime | None = SQLField(default=None, sa_column=utc_column())
+    last_accessed: datetime | None = SQLField(default=None, sa_column=utc_column())
+    access_count: int | None = SQLField(default=None, sa_column=sa.Column(sa.BigInteger))
+    explicit_nulls: list | None = SQLField(default=None, sa_column=json_column())
+
+    @classmethod
+    def from_wire(cls, wire: Memory) -> Self:
+        """A row holding `wire`."""
+        return cls(**row_values(wire))
+
+    def to_wire(self) -> Memory:
+        """The row as the `001` Memory it was built from."""
+        return wire_from_row(Memory, self)

@@ -1,0 +1,359 @@
+"""Tasks: the `001` TaskCreate and Task and their SQL tables, and the `004` task status.
+
+`tasks` and `task_assignees` are the seed's SQL tables with the seed's names and types;
+teamflow adds columns only (`team`, `priority`, `deadline`, `updated_at`, the assignees'
+`position` so a task gives back its assignees in the order they were given, and
+`explicit_nulls`, the optional keys a wire Task wrote as `null`).
+
+`task_status` holds each member's `004` `task-status.json` (one row per team and member);
+`task_metrics` holds one row per member per task execution, for metrics by member and time.
+"""
+
+import uuid
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Self
+
+import sqlalchemy as sa
+from pydantic import ConfigDict, Field, StrictFloat, StrictInt, field_validator
+from sqlmodel import Field as SQLField
+from sqlmodel import Relationship, SQLModel
+
+from models.base import (
+    JsTimestamp,
+    SnakeWireModel,
+    Timestamp,
+    WireModel,
+    check_member_name,
+    check_team_name,
+    json_column,
+    utc_column,
+    utcnow,
+)
+from models.wire_support import explicit_nulls, row_values, wire_from_row, wire_values
+
+AgentRef = Annotated[str, Field(min_length=1, max_length=255)]
+"""An agent id as the `001` tables store it: VARCHAR(255)."""
+
+Title = Annotated[str, Field(min_length=1, max_length=500)]
+"""A task title: required, VARCHAR(500)."""
+
+JS_MAX_SAFE_INTEGER = 2**53 - 1
+
+
+class TaskState(StrEnum):
+    """`001` Task `status`."""
+
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    ARCHIVED = "archived"
+
+
+OPEN_TASK_STATES = frozenset({TaskState.PENDING, TaskState.IN_PROGRESS})
+"""A task in one of these still has work to do."""
+
+CLOSED_TASK_STATES = frozenset({TaskState.COMPLETED, TaskState.ARCHIVED})
+"""A task in one of these is done with."""
+
+
+class TaskPriority(StrEnum):
+    """`001` task priority (task_assignment `priority`)."""
+
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+
+def _unique(ids: list[str] | None) -> list[str] | None:
+    if ids is not None and len(set(ids)) != len(ids):
+        # task_assignees' primary key is (task_id, assignee_id): one row per assignee.
+        raise ValueError("assignee_ids must not name the same assignee twice")
+    return ids
+
+
+class TaskCreate(SnakeWireModel):
+    """`001` TaskCreate: the input that creates a task."""
+
+    creator_id: AgentRef | None = Field(default=None, description="The agent creating the task")
+    title: Title
+    description: str | None = None
+    assignee_ids: list[AgentRef] | None = Field(
+        default=None, description="The agents the task is assigned to, without repeats"
+    )
+
+    _unique_assignees = field_validator("assignee_ids")(_unique)
+
+
+class Task(SnakeWireModel):
+    """`001` Task: a stored task, as the API returns it."""
+
+    id: uuid.UUID
+    created_at: Timestamp
+    creator_id: AgentRef | None = None
+    title: Title
+    description: str | None = None
+    status: TaskState
+    assignee_ids: list[AgentRef] = Field(description="The assigned agents, without repeats")
+
+    _unique_assignees = field_validator("assignee_ids")(_unique)
+
+
+class TaskRow(SQLModel, table=True):
+    """The seed's `tasks` table (plus teamflow's `team`, `priority`, `deadline`, `updated_at`)."""
+
+    __tablename__ = "tasks"
+
+    id: uuid.UUID = SQLField(
+        default_factory=uuid.uuid4, sa_column=sa.Column(sa.Uuid, primary_key=True)
+    )
+    created_at: datetime | None = SQLField(
+        default_factory=utcnow, sa_column=utc_column(server_default=sa.func.now())
+    )
+    creator_id: str | None = SQLField(default=None, sa_column=sa.Column(sa.String(255), index=True))
+    title: str = SQLField(sa_column=sa.Column(sa.String(500), nullable=False))
+    description: str | None = SQLField(default=None, sa_column=sa.Column(sa.Text))
+    status: str | None = SQLField(
+        default=TaskState.PENDING.value,
+        sa_column=sa.Column(sa.String(50), server_default=TaskState.PENDING.value, index=True),
+    )
+    # teamflow's additions
+    team: str | None = SQLField(default=None, sa_column=sa.Column(sa.String(64), index=True))
+    priority: str | None = SQLField(
+        default=None, sa_column=sa.Column(sa.String(16)), description="A TaskPriority"
+    )
+    deadline: datetime | None = SQLField(default=None, sa_column=utc_column())
+    updated_at: datetime | None = SQLField(default=None, sa_column=utc_column())
+    explicit_nulls: list | None = SQLField(default=None, sa_column=json_column())
+
+    assignees: list["TaskAssigneeRow"] = Relationship(
+        back_populates="task",
+        cascade_delete=True,
+        passive_deletes=True,
+        sa_relationship_kwargs={"order_by": "TaskAssigneeRow.position", "lazy": "selectin"},
+    )
+
+    @classmethod
+    def from_create(
+        cls,
+        create: TaskCreate,
+        *,
+        team: str | None = None,
+        priority: TaskPriority | None = None,
+        deadline: datetime | None = None,
+    ) -> Self:
+        """A new pending task (new id, created now) from a `001` TaskCreate."""
+        return cls(
+            creator_id=create.creator_id,
+            title=create.title,
+            description=create.description,
+            team=team,
+            priority=priority.value if priority else None,
+            deadline=deadline,
+            assignees=_assignee_rows(create.assignee_ids or []),
+        )
+
+    @classmethod
+    def from_wire(cls, wire: Task) -> Self:
+        """A row holding the `001` Task `wire` (with its assignees)."""
+        values = row_values(wire, exclude={"assignee_ids"})
+        return cls(**values, assignees=_assignee_rows(wire.assignee_ids))
+
+    def to_wire(self) -> Task:
+        """The row as a `001` Task."""
+        return wire_from_row(
+            Task, self, assignee_ids=[assignee.assignee_id for assignee in self.assignees]
+        )
+
+
+class TaskAssigneeRow(SQLModel, table=True):
+    """The seed's `task_assignees` table: who a task is assigned to (plus their order)."""
+
+    __tablename__ = "task_assignees"
+
+    task_id: uuid.UUID = SQLField(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+        )
+    )
+    assignee_id: str = SQLField(
+        sa_column=sa.Column(sa.String(255), primary_key=True, nullable=False, index=True)
+    )
+    position: int = SQLField(
+        default=0,
+        sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"),
+        description="Where the assignee stands in the task's assignee_ids",
+    )
+
+    task: TaskRow | None = Relationship(back_populates="assignees")
+
+
+def _assignee_rows(ids: list[str]) -> list[TaskAssigneeRow]:
+    return [TaskAssigneeRow(assignee_id=name, position=i) for i, name in enumerate(ids)]
+
+
+# --- 004 task-status.json ------------------------------------------------------------------
+
+
+class ExecutionStatus(StrEnum):
+    """`004` TaskStatus `status`: what a member's task execution is doing."""
+
+    RUNNING = "running"
+    IDLE = "idle"
+    COMPLETE = "complete"
+    ERROR = "error"
+
+
+Count = Annotated[StrictInt, Field(ge=0, le=JS_MAX_SAFE_INTEGER)]
+"""A JSON integer, 0 or more (and exact in JavaScript)."""
+
+
+class TaskStatusMetrics(SnakeWireModel):
+    """`004` TaskStatus `metrics` (its keys are snake_case, unlike the rest of the file)."""
+
+    # 004 files are not teamflow's own: unknown keys are kept and written back.
+    model_config = ConfigDict(extra="allow")
+
+    tokens_used: Count
+    tasks_completed: Count
+    avg_response_time: (
+        Annotated[StrictInt, Field(ge=0)] | Annotated[StrictFloat, Field(ge=0, allow_inf_nan=False)]
+    ) = Field(description="Average response time; an integer stays an integer")
+
+
+class TaskStatus(WireModel):
+    """`004` `task-status.json`: one member's task execution status and metrics."""
+
+    # 004 files are not teamflow's own: unknown keys are kept and written back.
+    model_config = ConfigDict(extra="allow")
+
+    agent_id: str = Field(min_length=1, max_length=255, description='"{name}@{team}"')
+    status: ExecutionStatus
+    started_at: JsTimestamp
+    last_active_at: JsTimestamp
+    completed_at: JsTimestamp | None = None
+    error_message: str | None = None
+    metrics: TaskStatusMetrics | None = None
+
+
+class TaskStatusRow(SQLModel, table=True):
+    """A member's `004` task status: one row per team and member."""
+
+    __tablename__ = "task_status"
+
+    team: str = SQLField(sa_column=sa.Column(sa.String(64), primary_key=True))
+    member: str = SQLField(sa_column=sa.Column(sa.String(64), primary_key=True))
+    agent_id: str = SQLField(sa_column=sa.Column(sa.String(255), nullable=False))
+    status: str = SQLField(sa_column=sa.Column(sa.String(16), nullable=False, index=True))
+    started_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    last_active_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    completed_at: datetime | None = SQLField(default=None, sa_column=utc_column())
+    error_message: str | None = SQLField(default=None, sa_column=sa.Column(sa.Text))
+    tokens_used: int | None = SQLField(default=None, sa_column=sa.Column(sa.BigInteger))
+    tasks_completed: int | None = SQLField(default=None, sa_column=sa.Column(sa.BigInteger))
+    avg_response_time: float | None = SQLField(default=None, sa_column=sa.Column(sa.Float))
+    metrics_extra: dict | None = SQLField(
+        default=None, sa_column=json_column(), description="Unknown keys of `metrics`"
+    )
+    extra: dict = SQLField(
+        default_factory=dict,
+        sa_column=json_column(nullable=False),
+        description="Unknown top-level keys",
+    )
+    explicit_nulls: list | None = SQLField(default=None, sa_column=json_column())
+
+    @classmethod
+    def from_wire(
+        cls, wire: TaskStatus, *, team: str | None = None, member: str | None = None
+    ) -> Self:
+        """A row holding `wire`; team and member default to those of its `{name}@{team}` id."""
+        if team is None or member is None:
+            name, at, team_name = wire.agent_id.rpartition("@")
+            if not at:
+                raise ValueError(
+                    f"agentId {wire.agent_id!r} is not '{{name}}@{{team}}': give team and member"
+                )
+            team = team if team is not None else team_name
+            member = member if member is not None else name
+        metrics = wire.metrics
+        return cls(
+            team=check_team_name(team),
+            member=check_member_name(member),
+            agent_id=wire.agent_id,
+            status=wire.status.value,
+            started_at=wire.started_at,
+            last_active_at=wire.last_active_at,
+            completed_at=wire.completed_at,
+            error_message=wire.error_message,
+            tokens_used=metrics.tokens_used if metrics else None,
+            tasks_completed=metrics.tasks_completed if metrics else None,
+            avg_response_time=metrics.avg_response_time if metrics else None,
+            metrics_extra=(dict(metrics.model_extra or {}) or None) if metrics else None,
+            extra=dict(wire.model_extra or {}),
+            explicit_nulls=explicit_nulls(wire),
+        )
+
+    def to_wire(self) -> TaskStatus:
+        """The row as the member's `004` `task-status.json`."""
+        metrics: dict[str, Any] | None = None
+        if self.tokens_used is not None:
+            average = self.avg_response_time
+            # A float column gives 120.0 for 120; JSON written by JavaScript has no 120.0.
+            if isinstance(average, float) and average.is_integer():
+                average = int(average)
+            metrics = {
+                "tokens_used": self.tokens_used,
+                "tasks_completed": self.tasks_completed,
+                "avg_response_time": average,
+                **(self.metrics_extra or {}),
+            }
+        values = {name: getattr(self, name) for name in _STATUS_COLUMNS}
+        data = wire_values(TaskStatus, {**values, "metrics": metrics}, self.explicit_nulls)
+        data.update(self.extra or {})
+        return TaskStatus.model_validate(data)
+
+
+_STATUS_COLUMNS = (
+    "agent_id",
+    "status",
+    "started_at",
+    "last_active_at",
+    "completed_at",
+    "error_message",
+)
+
+
+class TaskMetricsRow(SQLModel, table=True):
+    """One member's execution of one task: how long, how many tokens, steps and tool calls."""
+
+    __tablename__ = "task_metrics"
+    __table_args__ = (
+        sa.Index("ix_task_metrics_team_member_started_at", "team", "member", "started_at"),
+    )
+
+    id: int | None = SQLField(default=None, primary_key=True)
+    team: str = SQLField(sa_column=sa.Column(sa.String(64), nullable=False))
+    member: str = SQLField(sa_column=sa.Column(sa.String(64), nullable=False))
+    task_id: str | None = SQLField(
+        default=None,
+        sa_column=sa.Column(sa.String(255), index=True),
+        description="The task executed: a `001` task id, or an async task id of `002`",
+    )
+    started_at: datetime = SQLField(default_factory=utcnow, sa_column=utc_column(nullable=False))
+    ended_at: datetime | None = SQLField(default=None, sa_column=utc_column())
+    duration_s: float | None = SQLField(default=None, sa_column=sa.Column(sa.Float))
+    tokens: int = SQLField(
+        default=0, sa_column=sa.Column(sa.BigInteger, nullable=False, server_default="0")
+    )
+    steps: int = SQLField(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
+    tool_calls: int = SQLField(
+        default=0, sa_column=sa.Column(sa.Integer, nullable=False, server_default="0")
+    )
+    approval_wait_s: float = SQLField(
+        default=0.0,
+        sa_column=sa.Column(sa.Float, nullable=False, server_default="0"),
+        description="Seconds spent waiting for plan approvals",
+    )

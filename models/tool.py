@@ -1,0 +1,208 @@
+"""Tools: the `000` Tool Definition and Feedback, the `001` ToolResult, and their tables.
+
+A Tool Definition says how to run a tool (`elisp` or `script`) and what it takes and gives,
+as JSON Schema. Running it leaves a Feedback (stdout, stderr, exit code); what the agent is
+told back is a ToolResult (SUCCESS with a result object, or FAILURE with an error message).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Self
+
+import sqlalchemy as sa
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
+from pydantic import (
+    AfterValidator,
+    Field,
+    StrictInt,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
+from sqlmodel import Field as SQLField
+from sqlmodel import SQLModel
+
+from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
+
+Identifier = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+"""An id that is a key in a table: 1-255 characters (the seeds' VARCHAR(255))."""
+
+
+def check_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Returns `schema` if it is a valid JSON Schema, else raises `ValueError` saying where.
+
+    Checked against Draft 2020-12, or against the draft the schema names in `$schema`.
+    """
+    validator = validator_for(schema, default=Draft202012Validator)
+    try:
+        validator.check_schema(schema)
+    except SchemaError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise ValueError(f"not a valid JSON Schema at {where}: {exc.message}") from None
+    return schema
+
+
+JsonSchema = Annotated[dict[str, Any], AfterValidator(check_json_schema)]
+"""A JSON Schema object, checked against its metaschema."""
+
+
+# --- 000 Tool Definition -------------------------------------------------------------------
+
+
+class ToolType(StrEnum):
+    """How a tool runs (`000`): Emacs Lisp, or a script run as argv."""
+
+    ELISP = "elisp"
+    SCRIPT = "script"
+
+
+class ToolDefinition(SnakeWireModel):
+    """`000` Tool Definition: a tool an agent may call, with JSON-schema input and output."""
+
+    tool_id: Identifier
+    type: ToolType
+    description: str
+    command: str = Field(description="The Lisp form (elisp) or the command line (script)")
+    input_schema: JsonSchema = Field(description="JSON Schema of the params an action passes")
+    output_schema: JsonSchema = Field(description="JSON Schema of the tool's result")
+    created_at: Timestamp
+    updated_at: Timestamp
+
+    def input_errors(self, params: Any) -> list[str]:
+        """What is wrong with `params` for this tool's `input_schema` (empty if nothing)."""
+        return _schema_errors(self.input_schema, params)
+
+    def output_errors(self, result: Any) -> list[str]:
+        """What is wrong with `result` for this tool's `output_schema` (empty if nothing)."""
+        return _schema_errors(self.output_schema, result)
+
+
+def _schema_errors(schema: dict[str, Any], instance: Any) -> list[str]:
+    validator = validator_for(schema, default=Draft202012Validator)(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors]
+
+
+# --- 000 Feedback --------------------------------------------------------------------------
+
+
+class Feedback(SnakeWireModel):
+    """`000` Feedback: what one execution of a tool printed and how it exited."""
+
+    execution_id: Identifier
+    stdout: str
+    stderr: str
+    exit_code: StrictInt = Field(ge=-(2**31), le=2**31 - 1)
+    created_at: Timestamp
+
+
+# --- 001 ToolResult ------------------------------------------------------------------------
+
+
+class ToolResultStatus(StrEnum):
+    """Outcome of a tool call (`001`)."""
+
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+
+
+class ToolResult(SnakeWireModel):
+    """`001` ToolResult: what a tool call gives back (`result`, `error_message` always set)."""
+
+    tool_name: str = Field(min_length=1)
+    status: ToolResultStatus
+    result: dict[str, Any] | None = Field(description="Success data; null on failure")
+    error_message: str | None = Field(description="Failure reason; null on success")
+
+    @field_validator("error_message")
+    @classmethod
+    def _failure_says_why(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if not value and info.data.get("status") is ToolResultStatus.FAILURE:
+            raise ValueError("a FAILURE must say why: error_message may not be null or empty")
+        return value
+
+
+# --- tables --------------------------------------------------------------------------------
+
+
+class ToolDefinitionRow(SQLModel, table=True):
+    """A stored `000` Tool Definition."""
+
+    __tablename__ = "tool_definitions"
+
+    tool_id: str = SQLField(primary_key=True, max_length=255)
+    type: str = SQLField(max_length=16)
+    description: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    command: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    input_schema: dict = SQLField(sa_column=json_column(nullable=False))
+    output_schema: dict = SQLField(sa_column=json_column(nullable=False))
+    created_at: datetime = SQLField(default_factory=utcnow, sa_column=utc_column(nullable=False))
+    updated_at: datetime = SQLField(default_factory=utcnow, sa_column=utc_column(nullable=False))
+
+    @classmethod
+    def from_wire(cls, wire: ToolDefinition) -> Self:
+        """A row holding `wire`."""
+        return cls(
+            tool_id=wire.tool_id,
+            type=wire.type.value,
+            description=wire.description,
+            command=wire.command,
+            input_schema=wire.input_schema,
+            output_schema=wire.output_schema,
+            created_at=wire.created_at,
+            updated_at=wire.updated_at,
+        )
+
+    def to_wire(self) -> ToolDefinition:
+        """The row as a `000` Tool Definition."""
+        return ToolDefinition.model_validate(
+            {
+                "tool_id": self.tool_id,
+                "type": self.type,
+                "description": self.description,
+                "command": self.command,
+                "input_schema": self.input_schema,
+                "output_schema": self.output_schema,
+                "created_at": self.created_at,
+                "updated_at": self.updated_at,
+            }
+        )
+
+
+class FeedbackRow(SQLModel, table=True):
+    """A stored `000` Feedback, keyed by its execution id."""
+
+    __tablename__ = "feedback"
+
+    execution_id: str = SQLField(primary_key=True, max_length=255)
+    stdout: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    stderr: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    exit_code: int = SQLField(nullable=False)
+    created_at: datetime = SQLField(default_factory=utcnow, sa_column=utc_column(nullable=False))
+
+    @classmethod
+    def from_wire(cls, wire: Feedback) -> Self:
+        """A row holding `wire`."""
+        return cls(
+            execution_id=wire.execution_id,
+            stdout=wire.stdout,
+            stderr=wire.stderr,
+            exit_code=wire.exit_code,
+            created_at=wire.created_at,
+        )
+
+    def to_wire(self) -> Feedback:
+        """The row as a `000` Feedback."""
+        return Feedback.model_validate(
+            {
+                "execution_id": self.execution_id,
+                "stdout": self.stdout,
+                "stderr": self.stderr,
+                "exit_code": self.exit_code,
+                "created_at": self.created_at,
+            }
+        )

@@ -1,0 +1,355 @@
+"""Teams, members and inboxes through the stores, with the team files as a live mirror."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from factories import TEAM, research_team
+
+from models import inbox, mirror
+from models import team as teams
+from models.inbox import InboxError, PlanApprovalRequest
+from models.team import TeamError
+
+pytestmark = pytest.mark.usefixtures("db_url")
+
+needs_jq = pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
+
+
+def jq(program: str, path: Path) -> object:
+    out = subprocess.run(
+        ["jq", "-c", program, str(path)], capture_output=True, text=True, check=True
+    )
+    lines = out.stdout.strip().splitlines()
+    values = [json.loads(line) for line in lines]
+    return values[0] if len(values) == 1 else values
+
+
+def test_members_get_agent_ids_and_colours_in_the_seeds_order(home: Path) -> None:
+    research_team(analysts=7)
+    members = {m.name: m for m in teams.list_members(TEAM)}
+    assert members["coordinator"].color == "yellow"
+    colours = [members[f"analyst-{i}"].color for i in range(1, 8)]
+    assert colours == ["blue", "green", "yellow", "magenta", "cyan", "red", "blue"]
+    assert members["analyst-1"].agent_id == "analyst-1@research-team"
+    assert all(m.is_active and m.spawned_at is not None for m in members.values())
+
+
+def test_duplicate_member_and_team_are_refused(home: Path) -> None:
+    research_team()
+    with pytest.raises(TeamError, match="has a member named 'analyst-1' already"):
+        teams.add_member(TEAM, "analyst-1", model="haiku", prompt="again")
+    with pytest.raises(TeamError, match="exists already"):
+        teams.create_team(TEAM, description="again")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"model": "gpt-9"}, "model"),
+        ({"color": "purple"}, "color"),
+        ({"backend": "tmux"}, "tmuxPaneId"),
+        ({"backend": "tmux", "tmux_pane_id": "88"}, "tmuxPaneId"),
+        ({"agent_type": "wizard"}, "agentType"),
+    ],
+)
+def test_bad_member_is_refused_and_nothing_written(home: Path, kwargs: dict, message: str) -> None:
+    research_team()
+    before = (home / "teams" / TEAM / "config.json").read_bytes()
+    args = {"model": "haiku", "prompt": "p", **kwargs}
+    with pytest.raises(TeamError, match=message):
+        teams.add_member(TEAM, "analyst-9", **args)
+    assert [m.name for m in teams.list_members(TEAM)] == ["coordinator", "analyst-1", "analyst-2"]
+    assert (home / "teams" / TEAM / "config.json").read_bytes() == before
+
+
+@pytest.mark.parametrize("name", ["../x", "/etc", "a/b", ".hidden", "x" * 65])
+def test_names_that_could_leave_home_are_refused(home: Path, name: str) -> None:
+    research_team()
+    with pytest.raises(ValueError, match="not a member name"):
+        teams.add_member(TEAM, name, model="haiku", prompt="p")
+    with pytest.raises(ValueError, match="not a team name"):
+        teams.create_team(name, description="d")
+    assert sorted(p.name for p in (home / "teams").iterdir()) == [TEAM]
+
+
+def test_send_and_read_an_inbox(home: Path) -> None:
+    research_team()
+    sent = inbox.send(TEAM, to="analyst-1", sender="coordinator", text="Analyze Q4", summary="Q4")
+    unread = inbox.messages(TEAM, "analyst-1", unread=True)
+    assert [m.text for m in unread][-1] == "Analyze Q4"
+    assert sent.color == "yellow"
+    assert sent.message_id.startswith("msg-")
+    assert sent.timestamp.tzinfo is not None
+    assert inbox.unread_count(TEAM, "analyst-1") == 2  # the system_init and this one
+    assert inbox.mark_read(TEAM, "analyst-1", [sent.message_id]) == 1
+    assert inbox.unread_count(TEAM, "analyst-1") == 1
+    assert [m.sender for m in inbox.messages(TEAM, "analyst-1", sender="coordinator")] == [
+        "coordinator"
+    ]
+    inbox.messages(TEAM, "analyst-1", mark_read=True)
+    assert inbox.unread_count(TEAM, "analyst-1") == 0
+
+
+def test_broadcast_reaches_every_active_member_but_the_sender(home: Path) -> None:
+    research_team(analysts=3)
+    teams.set_member(TEAM, "analyst-3", is_active=False)
+    rows = inbox.broadcast(TEAM, sender="analyst-1", text="lunch?")
+    assert sorted(r.recipient for r in rows) == ["analyst-2", "coordinator"]
+
+
+@pytest.mark.parametrize(
+    ("to", "sender", "message"),
+    [
+        ("ghost", "coordinator", "no member named 'ghost'"),
+        ("analyst-1", "ghost", "unknown sender"),
+        ("../etc", "coordinator", "not a member name"),
+    ],
+)
+def test_undeliverable_messages_are_refused(home: Path, to: str, sender: str, message: str) -> None:
+    research_team()
+    with pytest.raises(ValueError, match=message):
+        inbox.send(TEAM, to=to, sender=sender, text="hello")
+
+
+def test_message_to_a_shut_down_member_is_refused(home: Path) -> None:
+    research_team()
+    teams.set_member(TEAM, "analyst-1", is_active=False)
+    with pytest.raises(InboxError, match="shut down"):
+        inbox.send(TEAM, to="analyst-1", sender="coordinator", text="still there?")
+
+
+def test_oversized_message_is_refused(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    research_team()
+    with pytest.raises(InboxError, match="over the limit"):
+        inbox.send(TEAM, to="analyst-1", sender="coordinator", text="x" * (1024 * 1024 + 1))
+    monkeypatch.setenv("TEAMFLOW_MAX_MESSAGE_BYTES", "10")
+    with pytest.raises(InboxError, match="over the limit of 10"):
+        inbox.send(TEAM, to="analyst-1", sender="coordinator", text="eleven char")
+    assert inbox.unread_count(TEAM, "analyst-1") == 1
+
+
+def test_unknown_team_is_one_clear_error(home: Path) -> None:
+    with pytest.raises(TeamError, match="no team named 'nobody-here'"):
+        inbox.send("nobody-here", to="a", sender="b", text="x")
+
+
+def test_typed_message_reads_back_as_004_001_and_000(home: Path) -> None:
+    research_team()
+    request = PlanApprovalRequest.model_validate(
+        {
+            "from": "analyst-1",
+            "plan": "1. Load\n2. Analyze",
+            "summary": "Q4 plan",
+            "timestamp": "2026-02-16T10:41:00.000Z",
+            "requestId": "plan-xyz789",
+        }
+    )
+    row = inbox.send_payload(TEAM, to="coordinator", sender="analyst-1", payload=request)
+    entry = row.to_entry().to_wire()
+    assert entry["type"] == "plan_approval_request"
+    assert json.loads(entry["text"]) == request.to_wire()
+    message = row.to_message().to_wire()
+    assert message["message_id"] == row.message_id
+    assert message["sender"] == "analyst-1"
+    assert message["status"] == "sent"
+
+
+def test_notification_reads_back_as_a_notification(home: Path) -> None:
+    from models.notification import NotificationAdapter
+
+    research_team()
+    row = inbox.send(
+        TEAM,
+        to="analyst-1",
+        sender="system",
+        text="Time for daily sync",
+        type="system_alert",
+        payload={
+            "alert_type": "TIMER",
+            "alert_name": "daily_sync",
+            "message": "Time for daily sync",
+        },
+    )
+    notification = row.to_notification()
+    assert (
+        NotificationAdapter.dump_python(notification, mode="json")["payload"]["alert_type"]
+        == "TIMER"
+    )
+    assert notification.recipient_agent_id == "analyst-1@research-team"
+
+
+def test_heartbeat_updates_agent_state(home: Path) -> None:
+    research_team()
+    first = teams.heartbeat(TEAM, "analyst-1", status="thinking")
+    second = teams.heartbeat(TEAM, "analyst-1")
+    assert second.agent_id == "analyst-1@research-team"
+    assert second.status == "idle"
+    assert second.last_heartbeat >= first.last_heartbeat
+    with pytest.raises(TeamError, match="status 'asleep'"):
+        teams.heartbeat(TEAM, "analyst-1", status="asleep")
+
+
+def test_status_is_the_004_export_with_unread_counts(home: Path) -> None:
+    research_team()
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="go")
+    teams.set_member(TEAM, "analyst-2", is_active=False)
+    state = teams.team_state(TEAM)
+    assert state["team"] == TEAM
+    assert state["active_members"] == ["coordinator", "analyst-1"]
+    assert state["total_members"] == 3
+    assert state["unread"] == {"coordinator": 0, "analyst-1": 2, "analyst-2": 1}
+
+
+def test_delete_team_removes_rows_and_files(home: Path) -> None:
+    research_team()
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="go")
+    teams.delete_team(TEAM)
+    assert teams.list_teams() == []
+    assert not (home / "teams" / TEAM).exists()
+    with pytest.raises(TeamError):
+        inbox.messages(TEAM, "analyst-1")
+
+
+# --- the files -----------------------------------------------------------------------------
+
+
+def test_files_are_private(home: Path) -> None:
+    research_team()
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="go")
+    for path in [home / "teams", home / "teams" / TEAM, home / "teams" / TEAM / "inboxes"]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    for path in [home / "teams" / TEAM / "config.json", mirror.inbox_path(TEAM, "analyst-1")]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+@needs_jq
+def test_jq_recipes_on_config_answer_as_the_database(home: Path) -> None:
+    research_team()
+    teams.set_member(TEAM, "analyst-2", is_active=False)
+    config = home / "teams" / TEAM / "config.json"
+    assert [m["name"] for m in jq(".members", config)] == ["coordinator", "analyst-1", "analyst-2"]
+    active = jq(".members[] | select(.isActive == true)", config)
+    assert [m["name"] for m in active] == [m.name for m in teams.list_members(TEAM, active=True)]
+    one = jq('.members[] | select(.name == "analyst-1")', config)
+    assert one["agentId"] == "analyst-1@research-team"
+    assert (
+        jq('if .name and .description and .members then "Valid" else "Missing" end', config)
+        == "Valid"
+    )
+    valid = jq(
+        ".members[] | select(.agentId and .name and .model and .isActive != null) | .name", config
+    )
+    assert valid == ["coordinator", "analyst-1", "analyst-2"]
+    export_recipe = """{
+      team: .name,
+      created: .createdAt,
+      active_members: [.members[] | select(.isActive == true) | .name],
+      total_members: (.members | length)
+    }"""
+    state = jq(export_recipe, config)
+    export = teams.team_state(TEAM)
+    assert state == {k: export[k] for k in ("team", "created", "active_members", "total_members")}
+    assert jq('.schemaVersion // "1.0.0"', config) == "1.0.0"
+
+
+@needs_jq
+def test_jq_recipes_on_inboxes_answer_as_the_database(home: Path) -> None:
+    research_team()
+    for i in range(5):
+        inbox.send(TEAM, to="analyst-1", sender="coordinator", text=f"task {i}")
+    inbox.send(TEAM, to="analyst-1", sender="analyst-2", text="hi")
+    first = inbox.messages(TEAM, "analyst-1", sender="coordinator")[0]
+    inbox.mark_read(TEAM, "analyst-1", [first.message_id])
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    everything = jq(".", path)
+    assert [e["messageId"] for e in everything] == [
+        m.message_id for m in inbox.messages(TEAM, "analyst-1")
+    ]
+    unread = jq("[.[] | select(.read == false)]", path)
+    assert [e["messageId"] for e in unread] == [
+        m.message_id for m in inbox.messages(TEAM, "analyst-1", unread=True)
+    ]
+    assert jq("[.[] | select(.read == false)] | length", path) == inbox.unread_count(
+        TEAM, "analyst-1"
+    )
+    from_coordinator = jq('[.[] | select(.from == "coordinator")]', path)
+    assert len(from_coordinator) == 5
+    assert jq('if type == "array" then "Valid" else "Must be array" end', path) == "Valid"
+    assert (
+        len(jq(".[] | select(.from and .text and .timestamp and (.read != null)) | .from", path))
+        == 7
+    )
+
+
+@needs_jq
+def test_sync_takes_in_a_jq_append_and_read_flags(home: Path) -> None:
+    research_team()
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="first")
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    first_id = inbox.messages(TEAM, "analyst-1")[0].message_id
+    append = """. += [{"from": "coordinator", "text": "New task: analyze customer churn",
+        "summary": "Churn analysis request", "timestamp": "2026-02-16T10:40:00.000Z",
+        "color": "yellow", "read": false, "messageId": "msg-outside-1"}]"""
+    mark = f'(.[] | select(.messageId == "{first_id}") | .read) = true'
+    for program in (append, mark):
+        out = subprocess.run(["jq", program, str(path)], capture_output=True, text=True, check=True)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(out.stdout)
+        tmp.replace(path)
+    report = inbox.sync(TEAM)
+    assert report["analyst-1"] == (1, 1)
+    rows = inbox.messages(TEAM, "analyst-1")
+    assert rows[-1].message_id == "msg-outside-1"
+    assert rows[0].read is True
+    assert inbox.sync(TEAM)["analyst-1"] == (0, 0)  # nothing twice
+    assert jq(".", path) == [r.entry_dict() for r in rows]
+
+
+def test_an_outside_append_is_not_lost_when_teamflow_writes_next(home: Path) -> None:
+    research_team()
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    entries = json.loads(path.read_text())
+    entries.append(
+        {
+            "from": "coordinator",
+            "text": "from outside",
+            "summary": "s",
+            "timestamp": "2026-02-16T10:40:00.000Z",
+            "color": "yellow",
+            "read": False,
+        }
+    )
+    path.write_text(json.dumps(entries))
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="from teamflow")
+    rows = inbox.messages(TEAM, "analyst-1")
+    # teamflow's message was committed before the outside one was found: both are kept.
+    assert sorted(m.text for m in rows[-2:]) == ["from outside", "from teamflow"]
+    on_disk = json.loads(path.read_text())
+    assert on_disk == [r.entry_dict() for r in rows]
+    assert all(e.get("messageId") for e in on_disk)
+
+
+def test_sync_refuses_a_malformed_inbox_file_naming_the_entry(home: Path) -> None:
+    research_team()
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    entries = json.loads(path.read_text())
+    entries.append(
+        {
+            "from": "coordinator",
+            "text": "x",
+            "summary": "s",
+            "timestamp": "now",
+            "color": "yellow",
+            "read": False,
+        }
+    )
+    path.write_text(json.dumps(entries))
+    with pytest.raises(inbox.SyncError, match="entry 1: timestamp"):
+        inbox.sync(TEAM)
+    assert len(inbox.messages(TEAM, "analyst-1")) == 1
