@@ -44,6 +44,7 @@ from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel, select
 
 from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
+from models.knowledge import ElmoStatus
 from models.tool import Identifier
 
 
@@ -319,15 +320,6 @@ def _line_error(loc: tuple[int | str, ...], message: str, value: Any) -> Any:
 # --- 000 Agent Configuration and Experience Log --------------------------------------------
 
 
-class AgentConfigStatus(StrEnum):
-    """`000` agent status (the same vocabulary as `000` context and project status)."""
-
-    READY = "ready"
-    RUNNING = "running"
-    PENDING = "pending"
-    FINISHED = "finished"
-
-
 class AgentConfiguration(SnakeWireModel):
     """`000` Agent Configuration: who an agent is, what it runs in, what it may use."""
 
@@ -339,7 +331,7 @@ class AgentConfiguration(SnakeWireModel):
     tools: list[str] = Field(description="Ids of `000` tool definitions the agent may call")
     created_at: Timestamp
     updated_at: Timestamp
-    status: AgentConfigStatus
+    status: ElmoStatus
     current_task: str | None = Field(description="The task it works on; null when it has none")
 
 

@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field, SQLModel
 
 from models.base import json_column, utc_column, utcnow
+from models.notification import AlertType
 
-
-class AlertType(StrEnum):
-    """`001` system_alert `alert_type`."""
-
-    TIMER = "TIMER"
-    ALARM = "ALARM"
-    SCHEDULED_EVENT = "SCHEDULED_EVENT"
+__all__ = ["Alert", "AlertType"]
 
 
 class Alert(SQLModel, table=True):
