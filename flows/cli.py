@@ -198,7 +198,9 @@ def team_delete(
     """Deletes a team: its rows and its files."""
     from models import team
 
-    if not yes and sys.stdin.isatty():
+    if not yes:
+        if not sys.stdin.isatty():
+            fail(f"not deleting team {name} without --yes (there is no terminal to ask on)")
         typer.confirm(f"delete team {name} and all its messages?", abort=True)
     team.delete_team(name)
     typer.echo(f"deleted team {name}")
@@ -329,7 +331,7 @@ def member_heartbeat(
             {
                 "agent_id": state.agent_id,
                 "status": state.status,
-                "last_heartbeat": state.last_heartbeat,
+                "last_heartbeat": state.last_heartbeat.isoformat(),
             }
         )
     else:
@@ -414,6 +416,418 @@ def msg_inbox(
         typer.echo("no messages")
 
 
+# --- tools ---------------------------------------------------------------------------------
+
+tool_app = typer.Typer(help="Tools agents may use (000 Tool Definitions).", no_args_is_help=True)
+app.add_typer(tool_app, name="tool")
+
+
+@tool_app.command("add")
+def tool_add(
+    file: Annotated[Path, typer.Argument(help="A 000 Tool Definition JSON file.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Adds a tool from its definition file, replacing a tool with the same tool_id.
+
+    `{here}` in its command is the file's folder; `{python}` is teamflow's Python; missing
+    `created_at` / `updated_at` default to now.
+    """
+    from pydantic import ValidationError
+
+    from flows.tools import load_tool_file
+    from models.formats import error_lines
+    from models.tool import add_tool
+
+    try:
+        definition = load_tool_file(file)
+    except FileNotFoundError:
+        fail(f"{file}: no such file")
+    except ValidationError as exc:
+        fail(f"{file}: not a valid Tool Definition: {'; '.join(error_lines(exc))}")
+    added = add_tool(definition)
+    if as_json:
+        emit(added.to_wire())
+    else:
+        typer.echo(f"added tool {added.tool_id} ({added.type.value})")
+
+
+@tool_app.command("list")
+def tool_list(as_json: JsonFlag = False) -> None:
+    """Lists the stored tools."""
+    from models.tool import list_tools
+
+    tools = list_tools()
+    if as_json:
+        emit([t.to_wire() for t in tools])
+        return
+    for t in tools:
+        typer.echo(f"{t.tool_id:<30} {t.type.value:<6} {t.description}")
+    if not tools:
+        typer.echo("no tools (add one with `teamflow tool add FILE.json`)")
+
+
+# --- plan approvals and shutdowns ------------------------------------------------------------
+
+plan_app = typer.Typer(help="Plan approvals: request, list, approve, deny.", no_args_is_help=True)
+app.add_typer(plan_app, name="plan")
+
+
+def _start_run(deployment: str, parameters: dict, *, tags: list[str], name: str):
+    """Starts a run of one of teamflow's deployments; one clear line when it cannot."""
+    from flows import runner
+
+    try:
+        return runner.start(deployment, parameters, tags=tags, flow_run_name=name)
+    except runner.RunnerError as exc:
+        fail(f"cannot start the {deployment.split('/')[0]} run: {exc}")
+
+
+@plan_app.command("request")
+def plan_request(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    member: Annotated[str, typer.Option("--from", help="The member whose plan it is.")],
+    plan: Annotated[str, typer.Option("--plan", help="The plan (Markdown).")],
+    summary: Annotated[str, typer.Option("--summary", help="One line for the lead.")],
+    revises: Annotated[
+        str | None, typer.Option("--revises", help="The denied request this plan revises.")
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Seconds to wait (default: the team's setting).", min=1),
+    ] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option("--policy", help="At the timeout: deny, approve or escalate."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Asks the lead to approve a plan: starts a plan-approval run (needs `teamflow up`)."""
+    from models import approval
+
+    try:
+        revision = approval.check_request(
+            team_name, member, previous_request_id=revises, policy=policy
+        )
+    except approval.ApprovalError as exc:
+        fail(str(exc))
+    request_id = approval.new_plan_id()
+    run = _start_run(
+        "plan-approval/plan-approval",
+        {
+            "team": team_name, "member": member, "plan": plan, "summary": summary,
+            "request_id": request_id, "previous_request_id": revises, "timeout_s": timeout,
+            "policy": policy,
+        },
+        tags=[f"team:{team_name}", f"member:{member}"],
+        name=f"plan of {member}@{team_name}",
+    )  # fmt: skip
+    if as_json:
+        emit({"requestId": request_id, "revision": revision, "flowRunId": str(run.id),
+              "url": run.url})  # fmt: skip
+    else:
+        typer.echo(f"plan {request_id} of {member} waits for a decision: {run.url}")
+
+
+@plan_app.command("list")
+def plan_list(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    pending: Annotated[bool, typer.Option("--pending", help="Only undecided plans.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Lists a team's plan approval requests, oldest first."""
+    from models import approval
+
+    rows = approval.list_requests(team_name, pending=pending)
+    if as_json:
+        emit([r.to_json() for r in rows])
+        return
+    for r in rows:
+        state = r.status + (f" by {r.decided_by}" if r.decided_by else "")
+        typer.echo(f"{r.request_id}  {r.member:<16} {state:<24} rev {r.revision}  {r.summary}")
+    if not rows:
+        typer.echo("no pending plans" if pending else "no plans")
+
+
+def _decide(request_id: str, approve: bool, feedback: str | None, decider: str | None) -> None:
+    from models import approval
+
+    try:
+        request = approval.get_request(request_id)
+        if request.flow_run_id and request.is_open:
+            # Imported before deciding, so the resume follows the decision at once.
+            import prefect.flow_runs  # noqa: F401
+        decider = decider or approval.settings_of(request.team).lead
+        row = approval.decide(request_id, approve=approve, decider=decider, feedback=feedback)
+    except approval.ApprovalError as exc:
+        fail(str(exc))
+    typer.echo(f"plan {row.request_id} of {row.member} {row.status} by {decider}")
+    if row.flow_run_id:
+        note = _resume_plan_run(row.flow_run_id, approve, feedback, decider)
+        if note:
+            typer.echo(f"teamflow: note: {note}", err=True)
+
+
+def _resume_plan_run(run_id: str, approve: bool, feedback: str | None, decider: str) -> str:
+    """Resumes the waiting run with the decision; says why if it could not (the run then
+    finds the decision in teamflow's database by itself, within seconds)."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import NotPausedError
+    from prefect.flow_runs import resume_flow_run
+
+    from flows import runner
+
+    try:
+        with runner.connected() as api:
+            runner.check_server(api)
+            try:
+                resume_flow_run(
+                    UUID(run_id),
+                    run_input={"approve": approve, "feedback": feedback, "approver": decider},
+                )
+            except NotPausedError:
+                with get_client(sync_client=True) as client:
+                    state = client.read_flow_run(UUID(run_id)).state
+                if state is not None and (state.is_running() or state.is_final()):
+                    return ""  # the run saw the decision in the database first
+                kind = state.type.value.lower() if state is not None else "without a state"
+                return f"run {run_id} is {kind}; it finds the decision in the database"
+    except Exception as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"run {run_id} not resumed ({reason}); it finds the decision in the database"
+    return ""
+
+
+@plan_app.command("approve")
+def plan_approve(
+    request_id: Annotated[str, typer.Argument(metavar="ID")],
+    feedback: Annotated[str | None, typer.Option("--feedback", help="Remarks.")] = None,
+    decider: Annotated[
+        str | None, typer.Option("--as", help="Who decides (default: the team's lead).")
+    ] = None,
+) -> None:
+    """Approves a plan (once: a second decision is refused) and resumes its run."""
+    _decide(request_id, True, feedback, decider)
+
+
+@plan_app.command("deny")
+def plan_deny(
+    request_id: Annotated[str, typer.Argument(metavar="ID")],
+    feedback: Annotated[str, typer.Option("--feedback", help="What to change.")],
+    decider: Annotated[
+        str | None, typer.Option("--as", help="Who decides (default: the team's lead).")
+    ] = None,
+) -> None:
+    """Denies a plan with feedback (the member may revise it) and resumes its run."""
+    _decide(request_id, False, feedback, decider)
+
+
+@member_app.command("shutdown")
+def member_shutdown(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    name: str,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (kept on record).")] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", help="Seconds to wait for approval, then force.", min=1),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Shuts a member down through the handshake: starts a shutdown-member run."""
+    from models import approval
+
+    try:
+        approval.check_shutdown(team_name, name)
+    except approval.ShutdownError as exc:
+        fail(str(exc))
+    request_id = approval.new_shutdown_id()
+    run = _start_run(
+        "shutdown-member/shutdown-member",
+        {"team": team_name, "member": name, "reason": reason, "timeout_s": timeout,
+         "request_id": request_id},
+        tags=[f"team:{team_name}", f"member:{name}"],
+        name=f"shutdown {name}@{team_name}",
+    )  # fmt: skip
+    if as_json:
+        emit({"requestId": request_id, "flowRunId": str(run.id), "url": run.url})
+    else:
+        typer.echo(f"shutdown {request_id} of {name} requested: {run.url}")
+
+
+# --- tasks and logs --------------------------------------------------------------------------
+
+task_app = typer.Typer(help="Team tasks: create, list, show, run.", no_args_is_help=True)
+app.add_typer(task_app, name="task")
+
+
+def _task_json(row) -> dict:
+    return {
+        **row.to_wire().to_wire(),
+        "team": row.team,
+        "priority": row.priority,
+        "deadline": row.deadline.isoformat() if row.deadline else None,
+        "params": row.params,
+    }
+
+
+@task_app.command("create")
+def task_create(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    title: Annotated[str, typer.Option("--title", help="What is to be done (1-500).")],
+    description: Annotated[str | None, typer.Option("--description", help="Details.")] = None,
+    assignees: Annotated[
+        list[str] | None, typer.Option("--assignee", help="A member to work on it (repeat).")
+    ] = None,
+    priority: Annotated[
+        str | None, typer.Option("--priority", help="low, normal, high or critical.")
+    ] = None,
+    deadline: Annotated[
+        str | None, typer.Option("--deadline", help="ISO 8601 with a timezone.")
+    ] = None,
+    params: Annotated[
+        str | None, typer.Option("--params", help="JSON object handed to the agents.")
+    ] = None,
+    creator: Annotated[str | None, typer.Option("--from", help="Who asks (a member).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Creates a pending team task; `task run ID` starts it."""
+    from models.base import parse_timestamp
+    from models.task import create_task
+
+    when = None
+    if deadline is not None:
+        try:
+            when = parse_timestamp(deadline)
+        except ValueError as exc:
+            fail(f"--deadline: {exc}")
+    extra = None
+    if params is not None:
+        try:
+            extra = json.loads(params)
+        except json.JSONDecodeError as exc:
+            fail(f"--params is not valid JSON: {exc.msg} at column {exc.colno}")
+        if not isinstance(extra, dict):
+            fail("--params must be a JSON object")
+    row = create_task(
+        team_name, title=title, description=description, assignees=assignees or [],
+        creator=creator, priority=priority, deadline=when, params=extra,
+    )  # fmt: skip
+    if as_json:
+        emit(_task_json(row))
+    else:
+        typer.echo(str(row.id))
+
+
+@task_app.command("list")
+def task_list(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    status_: Annotated[
+        str | None,
+        typer.Option("--status", help="pending, in_progress, completed or archived."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Lists a team's tasks, oldest first."""
+    from models.task import list_tasks
+
+    rows = list_tasks(team_name, status=status_)
+    if as_json:
+        emit([_task_json(r) for r in rows])
+        return
+    for r in rows:
+        who = ", ".join(a.assignee_id for a in r.assignees) or "-"
+        typer.echo(f"{r.id}  {r.status:<11} {r.title}  [{who}]")
+    if not rows:
+        typer.echo("no tasks")
+
+
+@task_app.command("show")
+def task_show(
+    task_id: Annotated[str, typer.Argument(metavar="ID")], as_json: JsonFlag = False
+) -> None:
+    """Shows one task (the 001 Task, with teamflow's fields)."""
+    from models.task import get_task
+
+    data = _task_json(get_task(task_id))
+    if as_json:
+        emit(data)
+        return
+    for key in ("id", "team", "title", "status", "assignee_ids", "priority", "deadline"):
+        typer.echo(f"{key:<13} {data.get(key)}")
+
+
+@task_app.command("run")
+def task_run(
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    local: Annotated[
+        bool,
+        typer.Option("--local", help="Run the flow in this process instead of on a worker."),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Starts the task's `team-task` flow run (on the `teamflow` work pool; `--local`: here)."""
+    from models.task import get_task
+
+    row = get_task(task_id)
+    if local:
+        import asyncio
+
+        from flows.team_task import team_task
+
+        result = asyncio.run(team_task(str(row.id), team=row.team))
+        if as_json:
+            emit(result)
+        else:
+            typer.echo(f"task {row.id}: {result['status']}")
+        return
+    from flows.runner import start
+
+    run = start(
+        "team-task/team-task",
+        {"task_id": str(row.id), "team": row.team},
+        idempotency_key=f"team-task-{row.id}",
+        tags=[f"team:{row.team}"],
+    )
+    if as_json:
+        emit({"task_id": str(row.id), "flow_run_id": str(run.id), "url": run.url})
+    else:
+        typer.echo(f"started {run.name}: {run.url}")
+
+
+@app.command("log")
+def log(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    name: str,
+    task_id: Annotated[str | None, typer.Option("--task", help="Only this task's steps.")] = None,
+    color: Annotated[str, typer.Option("--color", help="auto, always or never.")] = "auto",
+    as_json: JsonFlag = False,
+) -> None:
+    """A member's conversation in the console format of seed 003."""
+    from flows.render import render
+    from models.agent import conversations_of
+    from models.db import session_scope
+    from models.team import get_member
+
+    if color not in ("auto", "always", "never"):
+        fail(f"--color {color!r} is not one of auto, always, never")
+    with session_scope() as s:
+        member = get_member(s, team_name, name)
+        agent, member_color = member.agent_id, member.color
+        found = conversations_of(session=s, agent_id=agent)
+    if task_id is not None:
+        found = {k: v for k, v in found.items() if k == f"task-{task_id}"}
+    if as_json:
+        emit({k: [m.to_wire() for m in v] for k, v in found.items()})
+        return
+    use = color == "always" or (color == "auto" and sys.stdout.isatty())
+    for conversation, messages in found.items():
+        typer.echo(f"── {conversation} ──\n")
+        typer.echo(render(messages, color=member_color if use else None))
+    if not found:
+        typer.echo(f"{agent} has no conversation yet")
+
+
 # --- status and sync -------------------------------------------------------------------------
 
 
@@ -450,28 +864,116 @@ def sync(
     typer.echo(f"took in {added} new messages and {marked} read flags")
 
 
+# --- running teamflow: up, worker ------------------------------------------------------------
+
+
+@app.command()
+def up(
+    host: Annotated[
+        str | None,
+        typer.Option(
+            "--host",
+            help="Address a started server listens on (default: PREFECT_API_URL's host, "
+            "127.0.0.1). 0.0.0.0 opens it to the network: set an auth string.",
+        ),
+    ] = None,
+) -> None:
+    """Starts (or reuses) a Prefect server, registers teamflow's deployments, starts a worker.
+
+    The server listens at PREFECT_API_URL (default http://127.0.0.1:4200/api) with its
+    database under $TEAMFLOW_HOME; Ctrl-C or SIGTERM stops what this command started.
+    """
+    from flows import runner
+    from flows import up as bring
+
+    try:
+        bring.up(host=host, echo=typer.echo)
+    except (bring.UpError, runner.RunnerError) as exc:
+        fail(str(exc))
+
+
+@app.command()
+def worker(
+    pool: Annotated[str, typer.Option("--pool", help="The work pool to pull from.")] = "teamflow",
+    limit: Annotated[int, typer.Option("--limit", help="Runs at a time.", min=1)] = 8,
+    name: Annotated[str | None, typer.Option("--name", help="The worker's name.")] = None,
+) -> None:
+    """Pulls runs from the teamflow work pool and runs teamflow's flows in this process.
+
+    Runs on any machine that reaches the Prefect server (PREFECT_API_URL). The first Ctrl-C
+    or SIGTERM stops taking runs and waits for running ones; a second one quits at once.
+    """
+    import os
+
+    from flows import runner
+
+    # Read by Prefect when it is imported: heartbeats for crash detection, a short poll.
+    for setting, value in (
+        ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "30"),
+        ("PREFECT_WORKER_QUERY_SECONDS", "1"),
+    ):
+        if not runner.user_setting(setting):
+            os.environ[setting] = value
+    from flows import worker as workers
+
+    with runner.connected() as api:
+        runner.check_server(api)
+        workers.run_until_signalled(pool, name=name, limit=limit)
+
+
 # --- demo ------------------------------------------------------------------------------------
 
 
 @app.command()
-def demo() -> None:
-    """Runs a whole team scenario end to end (research-team, Q4 sales analysis)."""
-    typer.echo(
-        "teamflow demo: not built yet. It will create research-team with analyst-1 (haiku)\n"
-        "and analyst-2 (sonnet), hand them the Q4 sales analysis of seed 004, run their\n"
-        "tasks as Prefect flows with one plan approval, shut them down through the\n"
-        "handshake, and print where to look (files, database, Prefect UI)."
+def demo(
+    interactive: Annotated[
+        bool,
+        typer.Option("--interactive", help="A person decides the plan (Prefect UI or CLI)."),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Runs a whole team scenario end to end (research-team, Q4 sales analysis).
+
+    Creates research-team with analyst-1 (haiku) and analyst-2 (sonnet), writes sample Q4
+    sales and satisfaction data under $TEAMFLOW_HOME/demo/data, runs their task as Prefect
+    flows with one plan approval and one ASYNC action, shuts them down through the
+    handshake, and prints where to look. Replaces the research-team of an earlier demo.
+    """
+    from flows import demo as scenario
+
+    summary = scenario.run(
+        interactive=interactive, echo=(lambda _: None) if as_json else typer.echo
     )
+    if as_json:
+        emit(summary)
 
 
 def main() -> None:
-    """Console entry point: refusals from the stores become one line and exit code 1."""
+    """Console entry point: refusals from the stores become one line and exit code 1.
+
+    A command line that does not parse (a missing option, an unknown command) is one line
+    too, with exit code 2.
+    """
+    # typer 0.29 vendors click; its usage errors are these.
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+
     try:
-        app()
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as exc:
+        sys.exit(exc.exit_code)  # the help is printed already
+    except ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
+        typer.echo(f"teamflow: error: {' '.join(exc.format_message().split())}{hint}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("teamflow: error: aborted", err=True)
+        sys.exit(1)
     except (UserError, ValueError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         typer.echo(f"teamflow: error: {message}", err=True)
         sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -477,6 +477,24 @@ def load_conversation(
     return [row.to_wire(index=position) for position, row in enumerate(rows)]
 
 
+def conversations_of(
+    *, session: Session, agent_id: str
+) -> dict[str | None, list[ConversationMessage]]:
+    """Every `003` conversation of `agent_id`, by conversation id, in the order they began."""
+    rows = session.exec(
+        select(MessageRow)
+        .where(MessageRow.agent_id == agent_id)
+        .where(MessageRow.role.in_([r.value for r in CONVERSATION_ROLES]))  # type: ignore[attr-defined]
+        .order_by(MessageRow.id)  # type: ignore[arg-type]
+    ).all()
+    grouped: dict[str | None, list[MessageRow]] = {}
+    for row in rows:
+        grouped.setdefault(row.conversation_id, []).append(row)
+    return {
+        key: [row.to_wire(index=i) for i, row in enumerate(group)] for key, group in grouped.items()
+    }
+
+
 def append_message(
     *, session: Session, agent_id: str, conversation_id: str | None, message: ConversationMessage
 ) -> MessageRow:

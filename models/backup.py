@@ -29,7 +29,17 @@ from models.base import UTCDateTime, check_member_name, check_team_name, utcnow
 from models.db import session_scope
 from models.formats import error_lines
 from models.inbox import InboxCounter, InboxMessage, InboxRow
-from models.team import Member, Team, TeamConfig, TeamError, config_of, delete_team, get_team
+from models.team import (
+    Member,
+    Team,
+    TeamConfig,
+    TeamError,
+    clear_rows,
+    config_of,
+    delete_team,
+    get_team,
+    team_rows,
+)
 
 DUMP = "teamflow-backup.json"
 BACKUP_FORMAT = 1
@@ -72,10 +82,21 @@ def read_team_folder(folder: Path) -> tuple[TeamConfig, dict[str, list[InboxMess
             raise BackupError(f"{path}: {exc}") from None
         if member not in names:
             raise BackupError(f"{path}: {member!r} is not a member in config.json")
+        data = _read_json(path)
+        if not isinstance(data, list):
+            raise BackupError(f"{path}: an inbox file must be a JSON array")
         try:
-            inboxes[member] = _Inbox.validate_python(_read_json(path))
+            inboxes[member] = _Inbox.validate_python(data)
         except ValidationError as exc:
             raise BackupError(f"{path}: entry {error_lines(exc)[0]}") from None
+        seen: set[str] = set()
+        for i, entry in enumerate(inboxes[member]):
+            if entry.message_id in seen:
+                raise BackupError(
+                    f"{path}: entry [{i}].messageId: {entry.message_id!r} is a duplicate"
+                )
+            if entry.message_id is not None:
+                seen.add(entry.message_id)
     return config, inboxes
 
 
@@ -134,24 +155,9 @@ def export_team(name: str, folder: Path, *, session: Session | None = None) -> P
 
 def _team_rows(session: Session, team: str) -> dict[str, list[dict[str, Any]]]:
     """Every database row that belongs to `team`, by table, in dependency order."""
-    from models.tables import metadata
-
     dump: dict[str, list[dict[str, Any]]] = {}
-    task_ids: list[Any] = []
-    for table in metadata.sorted_tables:
-        if table.name == "teams":
-            query = sa.select(table).where(table.c.name == team)
-        elif "team" in table.c:
-            query = sa.select(table).where(table.c.team == team)
-        elif table.name == "task_assignees":
-            query = sa.select(table).where(table.c.task_id.in_(task_ids))
-        elif "agent_id" in table.c:
-            query = sa.select(table).where(table.c.agent_id.like(f"%@{team}"))
-        else:
-            continue
-        rows = [dict(r._mapping) for r in session.execute(query)]
-        if table.name == "tasks":
-            task_ids = [r["id"] for r in rows]
+    for table, where in team_rows(session, team):
+        rows = [dict(r._mapping) for r in session.execute(sa.select(table).where(where))]
         if rows:
             dump[table.name] = [{k: _jsonable(v) for k, v in r.items()} for r in rows]
     return dump
@@ -221,24 +227,34 @@ def restore(archive: Path, *, force: bool = False) -> str:
             dump = json.loads(tar.extractfile(DUMP).read())  # type: ignore[union-attr]
         except (KeyError, AttributeError, ValueError):
             raise BackupError(f"{archive}: has no readable {DUMP}") from None
-        if dump.get("format") != BACKUP_FORMAT:
-            raise BackupError(f"{archive}: backup format {dump.get('format')!r} is unknown")
+        if not isinstance(dump, dict) or dump.get("format") != BACKUP_FORMAT:
+            found = dump.get("format") if isinstance(dump, dict) else None
+            raise BackupError(f"{archive}: backup format {found!r} is unknown")
         name = check_team_name(str(dump.get("team", "")))
         members = _checked_members(tar, name, archive)
-        with session_scope() as s:
-            exists = s.get(Team, name) is not None
-        if exists and not force:
-            raise TeamError(f"team {name!r} exists; restore with --force to replace it")
-        if exists:
-            delete_team(name)
-        with session_scope() as s:
-            for table in metadata.sorted_tables:
-                rows = dump["rows"].get(table.name, [])
-                if rows:
-                    s.execute(
-                        table.insert(),
-                        [{k: _from_json(table.c[k], v) for k, v in r.items()} for r in rows],
-                    )
+        rows_by_table = _checked_rows(dump.get("rows"), name, archive)
+        # One transaction: the old team goes only if the backup's rows go in.
+        try:
+            with session_scope() as s:
+                exists = s.get(Team, name) is not None
+                if exists and not force:
+                    raise TeamError(f"team {name!r} exists; restore with --force to replace it")
+                if exists:
+                    delete_team(name, session=s)
+                clear_rows(s, name)  # rows of a team deleted before, keyed by agent id
+                for table in metadata.sorted_tables:
+                    rows = rows_by_table.get(table.name)
+                    if rows:
+                        s.execute(
+                            table.insert(),
+                            [{k: _from_json(table.c[k], v) for k, v in r.items()} for r in rows],
+                        )
+                        _advance_id_sequence(s, table)
+        except (sa.exc.StatementError, TypeError, ValueError) as exc:
+            if isinstance(exc, TeamError):
+                raise
+            reason = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["?"])[0]
+            raise BackupError(f"{archive}: its rows cannot be restored: {reason}") from None
         root = mirror.home()
         for info in members:
             target = root / info.name
@@ -254,6 +270,64 @@ def restore(archive: Path, *, force: bool = False) -> str:
     for member in dump["rows"].get("members", []):
         refresh_file(name, member["name"])
     return name
+
+
+def _checked_rows(rows: Any, team: str, archive: Path) -> dict[str, list[dict[str, Any]]]:
+    """The dump's rows, if every one is a row of a known table and belongs to `team`."""
+    from models.tables import metadata
+
+    if not isinstance(rows, dict) or not all(isinstance(r, list) for r in rows.values()):
+        raise BackupError(f"{archive}: {DUMP} has no rows by table")
+    tasks = {r.get("id") for r in rows.get("tasks", []) if isinstance(r, dict)}
+    for table_name, table_rows in rows.items():
+        table = metadata.tables.get(table_name)
+        if table is None:
+            raise BackupError(f"{archive}: {DUMP} has rows of an unknown table {table_name!r}")
+        for row in table_rows:
+            if not isinstance(row, dict):
+                raise BackupError(f"{archive}: {DUMP}: a row of {table_name} is not an object")
+            unknown = [k for k in row if k not in table.c]
+            if unknown:
+                raise BackupError(f"{archive}: {DUMP}: {table_name} has no column {unknown[0]!r}")
+            if table_name == "teams":
+                ours = row.get("name") == team
+            elif "team" in table.c:
+                ours = row.get("team") == team
+            elif table_name == "task_assignees":
+                ours = row.get("task_id") in tasks
+            elif "agent_id" in table.c:
+                ours = str(row.get("agent_id")).endswith(f"@{team}")
+            else:
+                ours = False
+            if not ours:
+                raise BackupError(
+                    f"{archive}: {DUMP}: a row of {table_name} belongs to another team, "
+                    f"not {team!r}"
+                )
+    return rows
+
+
+def _advance_id_sequence(session: Session, table: sa.Table) -> None:
+    """On PostgreSQL, moves a serial id's sequence past the ids just restored.
+
+    Otherwise a database the backup is restored into hands out those ids again.
+    """
+    if session.get_bind().dialect.name != "postgresql" or "id" not in table.c:
+        return
+    if not isinstance(table.c.id.type, sa.Integer):
+        return
+    sequence = session.execute(
+        sa.text("SELECT pg_get_serial_sequence(:table, 'id')"), {"table": table.name}
+    ).scalar()
+    if sequence:
+        session.execute(
+            sa.text(
+                "SELECT setval(CAST(:seq AS regclass), GREATEST("
+                f"(SELECT MAX(id) FROM {table.name}), "
+                "COALESCE(pg_sequence_last_value(CAST(:seq AS regclass)), 1)))"
+            ),
+            {"seq": sequence},
+        )
 
 
 def _checked_members(tar: tarfile.TarFile, team: str, archive: Path) -> list[tarfile.TarInfo]:

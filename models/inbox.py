@@ -568,7 +568,7 @@ def parse_payload(kind: str, text: str) -> TeamPayload:
     except ValidationError as exc:
         from models.formats import error_lines
 
-        raise InboxError(f"{kind}: " + "; ".join(error_lines(exc))) from None
+        raise InboxError("; ".join(error_lines(exc))) from None
     if payload.type != kind:
         raise InboxError(f"--type {kind} does not match the text's type {payload.type}")
     return payload
@@ -774,7 +774,7 @@ def refresh_file(team: str, member: str) -> tuple[int, int]:
                     )
                     .order_by(InboxRow.seq)
                 )
-                return [InboxRow(**row._mapping).entry_dict() for row in rows]
+                return [_row(row._mapping).entry_dict() for row in rows]
 
             only_appends = (
                 state is not None
@@ -852,6 +852,14 @@ def sync(team: str) -> dict[str, tuple[int, int]]:
     from models.team import list_members
 
     return {member.name: refresh_file(team, member.name) for member in list_members(team)}
+
+
+def _row(values: Any) -> InboxRow:
+    """An `InboxRow` from a Core result row (column names are not always attribute names)."""
+    return InboxRow(**{_ATTRIBUTES.get(k, k): v for k, v in values.items()})
+
+
+_ATTRIBUTES = {prop.columns[0].key: prop.key for prop in sa.inspect(InboxRow).column_attrs}
 
 
 def _write_inbox(team: str, member: str) -> None:

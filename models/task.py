@@ -9,15 +9,17 @@ teamflow adds columns only (`team`, `priority`, `deadline`, `updated_at`, the as
 `task_metrics` holds one row per member per task execution, for metrics by member and time.
 """
 
+import os
 import uuid
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any, Self
 
 import sqlalchemy as sa
 from pydantic import ConfigDict, Field, StrictFloat, StrictInt, field_validator
 from sqlmodel import Field as SQLField
-from sqlmodel import Relationship, SQLModel
+from sqlmodel import Relationship, Session, SQLModel
 
 from models.base import (
     JsTimestamp,
@@ -30,6 +32,7 @@ from models.base import (
     utc_column,
     utcnow,
 )
+from models.db import session_scope
 from models.wire_support import explicit_nulls, row_values, wire_from_row, wire_values
 
 AgentRef = Annotated[str, Field(min_length=1, max_length=255)]
@@ -126,6 +129,11 @@ class TaskRow(SQLModel, table=True):
     deadline: datetime | None = SQLField(default=None, sa_column=utc_column())
     updated_at: datetime | None = SQLField(default=None, sa_column=utc_column())
     explicit_nulls: list | None = SQLField(default=None, sa_column=json_column())
+    params: dict | None = SQLField(
+        default=None,
+        sa_column=json_column(),
+        description="What the agents work on (file paths, options), given to their runtime",
+    )
 
     assignees: list["TaskAssigneeRow"] = Relationship(
         back_populates="task",
@@ -357,3 +365,204 @@ class TaskMetricsRow(SQLModel, table=True):
         sa_column=sa.Column(sa.Float, nullable=False, server_default="0"),
         description="Seconds spent waiting for plan approvals",
     )
+
+
+# --- the store -----------------------------------------------------------------------------
+
+
+class TaskError(ValueError):
+    """A refused task operation; the message is one line for the user."""
+
+
+def create_task(
+    team: str,
+    *,
+    title: str,
+    description: str | None = None,
+    assignees: list[str] = (),  # type: ignore[assignment]
+    creator: str | None = None,
+    priority: str | None = None,
+    deadline: datetime | None = None,
+    params: dict[str, Any] | None = None,
+    session: Session | None = None,
+) -> TaskRow:
+    """Creates a pending task of `team` for active members `assignees` (names)."""
+    from pydantic import ValidationError
+
+    from models.formats import error_lines
+    from models.team import get_member, get_team
+
+    with session_scope(session) as s:
+        get_team(s, team)
+        for name in assignees:
+            get_member(s, team, name, active=True)
+        if creator is not None:
+            get_member(s, team, creator)
+        try:
+            create = TaskCreate(
+                creator_id=creator, title=title, description=description,
+                assignee_ids=list(assignees),
+            )  # fmt: skip
+            level = TaskPriority(priority) if priority is not None else None
+        except ValidationError as exc:
+            raise TaskError("; ".join(error_lines(exc))) from None
+        except ValueError:
+            choices = ", ".join(p.value for p in TaskPriority)
+            raise TaskError(f"priority {priority!r} is not one of {choices}") from None
+        if deadline is not None and deadline.tzinfo is None:
+            raise TaskError("deadline must carry a timezone, e.g. 2026-02-20T17:00:00Z")
+        row = TaskRow.from_create(create, team=team, priority=level, deadline=deadline)
+        row.params = params
+        row.updated_at = utcnow()
+        s.add(row)
+        s.flush()
+        return row
+
+
+def get_task(task_id: str | uuid.UUID, *, session: Session | None = None) -> TaskRow:
+    """The task with this id; `TaskError` if the id is malformed or unknown."""
+    try:
+        key = task_id if isinstance(task_id, uuid.UUID) else uuid.UUID(str(task_id))
+    except ValueError:
+        raise TaskError(f"{task_id!r} is not a task id (a UUID)") from None
+    with session_scope(session) as s:
+        row = s.get(TaskRow, key)
+        if row is None:
+            raise TaskError(f"no task with id {key}")
+        return row
+
+
+def list_tasks(
+    team: str, *, status: str | None = None, session: Session | None = None
+) -> list[TaskRow]:
+    """A team's tasks, oldest first, optionally only those in `status`."""
+    from models.team import get_team
+
+    with session_scope(session) as s:
+        get_team(s, team)
+        query = sa.select(TaskRow).where(TaskRow.team == team)
+        if status is not None:
+            try:
+                query = query.where(TaskRow.status == TaskState(status).value)
+            except ValueError:
+                choices = ", ".join(t.value for t in TaskState)
+                raise TaskError(f"status {status!r} is not one of {choices}") from None
+        return list(s.execute(query.order_by(TaskRow.created_at)).scalars())
+
+
+def move_task(
+    task_id: uuid.UUID, *, to: TaskState, only_from: set[TaskState] | None = None,
+    session: Session | None = None,
+) -> bool:  # fmt: skip
+    """Moves a task to `to` if it is in one of `only_from` (any, if None); True if it moved.
+
+    A conditional update: of several workers starting the same task, exactly one moves it.
+    """
+    table = TaskRow.__table__
+    query = sa.update(table).where(table.c.id == task_id)
+    if only_from is not None:
+        query = query.where(table.c.status.in_([s.value for s in only_from]))
+    with session_scope(session) as s:
+        moved = s.execute(query.values(status=to.value, updated_at=utcnow())).rowcount
+        return moved == 1
+
+
+def set_member_status(
+    team: str,
+    member: str,
+    *,
+    status: ExecutionStatus,
+    error_message: str | None = None,
+    tokens: int = 0,
+    completed: bool = False,
+    response_time: float | None = None,
+    session: Session | None = None,
+) -> TaskStatusRow:
+    """Updates a member's `004` task status (and `task-status.json` on commit).
+
+    `tokens` are added to `tokens_used`; `completed` counts one more task done;
+    `response_time` (seconds) joins the running average.
+    """
+    from models.mirror import mark
+    from models.team import get_member
+
+    with session_scope(session) as s:
+        agent = get_member(s, team, member).agent_id
+        now = utcnow()
+        row = s.get(TaskStatusRow, (team, member))
+        if row is None:
+            row = TaskStatusRow(
+                team=team, member=member, agent_id=agent, status=status.value,
+                started_at=now, last_active_at=now, tokens_used=0, tasks_completed=0,
+                avg_response_time=0,
+            )  # fmt: skip
+        if status is ExecutionStatus.RUNNING and row.status != ExecutionStatus.RUNNING.value:
+            row.started_at = now
+            row.completed_at = None
+            row.error_message = None
+        row.status = status.value
+        row.last_active_at = now
+        row.tokens_used = (row.tokens_used or 0) + tokens
+        if completed:
+            row.tasks_completed = (row.tasks_completed or 0) + 1
+        if status in (ExecutionStatus.COMPLETE, ExecutionStatus.ERROR):
+            row.completed_at = now
+        if error_message is not None:
+            row.error_message = error_message
+        if response_time is not None:
+            done = max(row.tasks_completed or 0, 1)
+            previous = row.avg_response_time or 0.0
+            row.avg_response_time = round(previous + (response_time - previous) / done, 3)
+        s.add(row)
+        s.flush()
+        mark(s, "task_status", (team, member))
+        return row
+
+
+def member_files(team: str, member: str) -> Path:
+    """`tasks/{team}/{member}/`, with `artifacts/` in it, created 0700."""
+    from models import mirror
+
+    folder = mirror.member_tasks_dir(team, member)
+    mirror.ensure_dir(folder / "artifacts")
+    return folder
+
+
+def append_output(team: str, member: str, text: str) -> None:
+    """Appends a line to the member's `output.log` (stdout/stderr capture)."""
+    path = member_files(team, member) / "output.log"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as f:
+        f.write(text if text.endswith("\n") else text + "\n")
+
+
+def record_metrics(row: TaskMetricsRow, *, session: Session | None = None) -> TaskMetricsRow:
+    """Stores one member's execution metrics of one task."""
+    with session_scope(session) as s:
+        s.add(row)
+        s.flush()
+        return row
+
+
+def _write_task_status(team: str, member: str) -> None:
+    from models import mirror
+    from models.db import engine
+
+    with Session(engine()) as s:
+        row = s.get(TaskStatusRow, (team, member))
+        if row is None:
+            return
+        folder = member_files(team, member)
+        with mirror.locked(folder / ".lock"):
+            mirror.write_atomic(
+                folder / "task-status.json", mirror.dump_json(row.to_wire().to_wire())
+            )
+
+
+def _register() -> None:
+    from models import mirror
+
+    mirror.register("task_status", _write_task_status)
+
+
+_register()

@@ -472,17 +472,37 @@ def delete_team(name: str, *, session: Session | None = None) -> None:
     """Deletes a team: its rows in every table and its files."""
     with session_scope(session) as s:
         get_team(s, name)
-        for table in metadata_tables_with_team():
-            s.exec(sa.delete(table).where(table.c.team == name))
-        s.exec(sa.delete(Team.__table__).where(Team.__table__.c.name == name))
+        clear_rows(s, name)
         mark(s, "deleted", (name,))
 
 
-def metadata_tables_with_team() -> list[sa.Table]:
-    """Every table with a `team` column, children first."""
+def clear_rows(session: Session, team: str) -> None:
+    """Deletes every row of `team` (see `team_rows`), children first."""
+    for table, where in reversed(team_rows(session, team)):
+        session.exec(sa.delete(table).where(where))
+
+
+def team_rows(session: Session, team: str) -> list[tuple[sa.Table, Any]]:
+    """Every table holding rows of `team`, parents first, with the clause that selects them.
+
+    A row belongs to a team by its `team` column, by an `agent_id` of the form
+    `{name}@{team}`, or (task assignees) by its task.
+    """
     from models.tables import metadata
 
-    return [t for t in reversed(metadata.sorted_tables) if "team" in t.c and t.name != "teams"]
+    found: list[tuple[sa.Table, Any]] = []
+    tasks = metadata.tables["tasks"]
+    for table in metadata.sorted_tables:
+        if table.name == "teams":
+            found.append((table, table.c.name == team))
+        elif "team" in table.c:
+            found.append((table, table.c.team == team))
+        elif table.name == "task_assignees":
+            ids = sa.select(tasks.c.id).where(tasks.c.team == team).scalar_subquery()
+            found.append((table, table.c.task_id.in_(ids)))
+        elif "agent_id" in table.c:
+            found.append((table, table.c.agent_id.like(f"%@{team}")))
+    return found
 
 
 def set_member(team: str, name: str, *, session: Session | None = None, **changes: Any) -> Member:

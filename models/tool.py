@@ -3,6 +3,9 @@
 A Tool Definition says how to run a tool (`elisp` or `script`) and what it takes and gives,
 as JSON Schema. Running it leaves a Feedback (stdout, stderr, exit code); what the agent is
 told back is a ToolResult (SUCCESS with a result object, or FAILURE with an error message).
+
+The store: `add_tool`, `get_tool`, `list_tools` (tool definitions) and `record_feedback`,
+`get_feedback` (what executions printed). Running tools is `flows.tools`.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from pydantic import (
     field_validator,
 )
 from sqlmodel import Field as SQLField
-from sqlmodel import SQLModel
+from sqlmodel import Session, SQLModel, select
 
 from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
+from models.db import session_scope
 
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 """An id that is a key in a table: 1-255 characters (the seeds' VARCHAR(255))."""
@@ -206,3 +210,61 @@ class FeedbackRow(SQLModel, table=True):
                 "created_at": self.created_at,
             }
         )
+
+
+# --- the store -----------------------------------------------------------------------------
+
+
+class ToolError(ValueError):
+    """A refused tool store operation (e.g. an unknown tool id); one line for the user."""
+
+
+def add_tool(definition: ToolDefinition, *, session: Session | None = None) -> ToolDefinition:
+    """Stores `definition`, replacing a stored tool with the same `tool_id`.
+
+    Adding the same file again is how a tool is updated, so adding is idempotent.
+    """
+    with session_scope(session) as s:
+        row = s.get(ToolDefinitionRow, definition.tool_id)
+        new = ToolDefinitionRow.from_wire(definition)
+        if row is None:
+            s.add(new)
+        else:
+            for field in ToolDefinitionRow.model_fields:
+                setattr(row, field, getattr(new, field))
+        s.flush()
+        return definition
+
+
+def get_tool(tool_id: str, *, session: Session | None = None) -> ToolDefinition:
+    """The stored tool `tool_id`; `ToolError` if there is none."""
+    with session_scope(session) as s:
+        row = s.get(ToolDefinitionRow, tool_id)
+        if row is None:
+            raise ToolError(f"no tool named {tool_id!r} (add it with `teamflow tool add FILE`)")
+        return row.to_wire()
+
+
+def list_tools(*, session: Session | None = None) -> list[ToolDefinition]:
+    """Every stored tool, by `tool_id`."""
+    with session_scope(session) as s:
+        rows = s.exec(select(ToolDefinitionRow).order_by(ToolDefinitionRow.tool_id))
+        return [row.to_wire() for row in rows]
+
+
+def record_feedback(feedback: Feedback, *, session: Session | None = None) -> FeedbackRow:
+    """Stores the `000` Feedback of one tool execution (flushed; committed by the scope)."""
+    with session_scope(session) as s:
+        row = FeedbackRow.from_wire(feedback)
+        s.add(row)
+        s.flush()
+        return row
+
+
+def get_feedback(execution_id: str, *, session: Session | None = None) -> Feedback:
+    """The stored Feedback of execution `execution_id`; `ToolError` if there is none."""
+    with session_scope(session) as s:
+        row = s.get(FeedbackRow, execution_id)
+        if row is None:
+            raise ToolError(f"no feedback for execution {execution_id!r}")
+        return row.to_wire()

@@ -96,3 +96,13 @@ def test_postgres_stores_timestamptz(db_url: str) -> None:
         pytest.skip("PostgreSQL only")
     columns = {c["name"]: c for c in sa.inspect(db.engine(db_url)).get_columns("teams")}
     assert columns["created_at"]["type"].timezone is True
+
+
+def test_migrations_match_the_models(db_url: str) -> None:
+    """A table changed without a migration fails here (alembic check)."""
+    from alembic import command
+
+    config = db.alembic_config(db_url)
+    with db.engine(db_url).connect() as connection:
+        config.attributes["connection"] = connection
+        command.check(config)

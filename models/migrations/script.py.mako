@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 import sqlmodel
 from alembic import op
+from sqlalchemy import Text  # noqa: F401  (autogenerate writes JSONB(astext_type=Text()))
 ${imports if imports else ""}
 import models.base
 

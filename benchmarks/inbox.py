@@ -1,0 +1,494 @@
+"""Inbox throughput and latency: teamflow's store and CLI against the `004` jq recipes.
+
+    .venv/bin/python benchmarks/inbox.py [--messages N] [--database-url URL] [--json]
+
+Measures, in one run:
+
+- messages per second appended with `models.inbox.send`, from one process and from
+  `--processes` processes at once (aggregate, released together at a barrier);
+- the unread query (`messages(unread=True)`, `unread_count`) on an inbox of `--inbox-size`
+  messages of which `--unread` are unread (bulk-inserted, then one `refresh_file`);
+- the wall time of one `teamflow msg send`, as `python -m flows.cli` and as the installed
+  entry point;
+- the same operations with the `004` jq recipes ("Add new message": `jq '. += [...]'
+  inbox.json > inbox.json.tmp && mv ...`, "Get unread messages", "Count unread") on copies
+  of teamflow's files of the same size, and the ratio teamflow/jq.
+
+Without `--database-url` it creates a temporary SQLite database and `TEAMFLOW_HOME` and
+deletes both. With a PostgreSQL URL it works in a schema of its own, dropped at the end; with
+a SQLite URL it migrates that database and deletes its benchmark teams at the end. Figures
+depend on the machine (fsync latency above all: every send fsyncs the inbox file), so the
+environment, including the load average, is printed with them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+
+REPO = Path(__file__).resolve().parent.parent
+TARGET_SEND_RATE = 2000.0  # messages/s, one process, SQLite
+TARGET_QUERY_MS = 5.0
+TARGET_CLI_S = 0.4
+
+CHILD_SENDER = """
+import sys, time
+from pathlib import Path
+from models import inbox
+team, prefix, count, barrier = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+(barrier / f"ready-{prefix}").touch()
+while not (barrier / "go").exists():
+    time.sleep(0.001)
+for i in range(count):
+    inbox.send(team, to="analyst-1", sender="coordinator", text=f"{prefix}-{i}")
+"""
+
+JQ_ADD = """jq '. += [{
+  "from": "coordinator",
+  "text": "New task: analyze customer churn",
+  "summary": "Churn analysis request",
+  "timestamp": "'$(date -u +%Y-%m-%dT%H:%M:%S.000Z)'",
+  "color": "yellow",
+  "read": false,
+  "messageId": "msg-'$(cat /proc/sys/kernel/random/uuid)'"
+}]' inbox.json > inbox.json.tmp && mv inbox.json.tmp inbox.json"""
+"""The 004 "Add new message" recipe (`uuidgen` read from the kernel, as it may be missing)."""
+
+JQ_UNREAD = "[.[] | select(.read == false)]"
+JQ_COUNT_UNREAD = "[.[] | select(.read == false)] | length"
+
+
+@dataclass
+class Result:
+    """One measured figure, with jq's where the recipes do the same, and its target."""
+
+    measure: str
+    unit: str
+    teamflow: float
+    jq: float | None = None
+    target: str | None = None
+    met: bool | None = None
+    note: str | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        return self.teamflow / self.jq if self.jq else None
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def median_time(fn: Callable[[], object], runs: int) -> float:
+    """Median wall time of `fn()` over `runs` runs, in seconds."""
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run(args: list[str] | str, *, cwd: Path | None = None, shell: bool = False) -> str:
+    out = subprocess.run(
+        args, cwd=cwd, shell=shell, capture_output=True, text=True, check=False, timeout=600
+    )
+    if out.returncode != 0:
+        shown = args if isinstance(args, str) else shlex.join(args)
+        raise RuntimeError(f"{shown[:200]} exited {out.returncode}: {out.stderr.strip()[:500]}")
+    return out.stdout
+
+
+def fsync_ms(folder: Path, runs: int = 20) -> float:
+    """Median time to write, fsync and rename a small file in `folder` (the floor of a send)."""
+    data = b"[]\n" * 1000
+
+    def once() -> None:
+        tmp = folder / f".fsync-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, data)
+        os.fsync(fd)
+        os.close(fd)
+        os.replace(tmp, folder / ".fsync")
+
+    return median_time(once, runs) * 1000
+
+
+@contextlib.contextmanager
+def environment(url: str | None) -> Iterator[dict[str, str]]:
+    """A temp `TEAMFLOW_HOME` and a migrated database, set in `os.environ` for children."""
+    from models import db
+
+    tmp = Path(tempfile.mkdtemp(prefix="teamflow-bench-"))
+    schema = None
+    admin = None
+    info = {"tmp": str(tmp)}
+    try:
+        if url is None:
+            url = f"sqlite:///{tmp / 'teamflow.db'}"
+            info["database"] = "SQLite (temporary)"
+        elif url.startswith("postgresql"):
+            schema = f"teamflow_bench_{uuid.uuid4().hex[:10]}"
+            admin = sa.create_engine(url)
+            with admin.begin() as conn:
+                conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+            url = (
+                sa.make_url(url)
+                .update_query_dict({"options": f"-csearch_path={schema}"})
+                .render_as_string(hide_password=False)
+            )
+            info["database"] = f"PostgreSQL {db.redact(url)} (schema {schema}, dropped after)"
+        else:
+            info["database"] = f"{db.redact(url)} (benchmark teams deleted after)"
+        os.environ["TEAMFLOW_HOME"] = str(tmp / "home")
+        os.environ["TEAMFLOW_DATABASE_URL"] = url
+        db.upgrade(url)
+        yield info
+    finally:
+        db.dispose_engines()
+        if admin is not None:
+            with admin.begin() as conn:
+                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+            admin.dispose()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def make_team(name: str) -> str:
+    """A team led by `coordinator` with `analyst-1` and `analyst-2`."""
+    from models import team as teams
+
+    teams.create_team(name, description="inbox benchmark", lead="coordinator")
+    for member in ("analyst-1", "analyst-2"):
+        teams.add_member(name, member, model="haiku", prompt=f"You are {member}.")
+    return name
+
+
+def jq_copy(source: Path, folder: Path) -> Path:
+    """A copy of an inbox file, as `folder/inbox.json`, for the jq recipes to work on."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / "inbox.json"
+    shutil.copyfile(source, target)
+    return target
+
+
+# --- the measures --------------------------------------------------------------------------
+
+
+def sequential(team: str, count: int, work: Path, db_name: str) -> tuple[Result, Path]:
+    from models import inbox, mirror
+
+    for i in range(20):  # warm up: compiled statements, pooled connection, page cache
+        inbox.send(team, to="analyst-2", sender="coordinator", text=f"warm-{i}")
+    start = time.perf_counter()
+    for i in range(count):
+        inbox.send(team, to="analyst-1", sender="coordinator", text=f"seq-{i}")
+    rate = count / (time.perf_counter() - start)
+
+    path = mirror.inbox_path(team, "analyst-1")
+    copy = jq_copy(path, work / "jq-sequential")
+    appends = max(10, min(count // 20, 50))
+    start = time.perf_counter()
+    for _ in range(appends):
+        run(JQ_ADD, cwd=copy.parent, shell=True)
+    jq_rate = appends / (time.perf_counter() - start)
+    sqlite = db_name.startswith("SQLite") or db_name.startswith("sqlite")
+    return (
+        Result(
+            f"append, 1 process, inbox growing to {count} (msg/s)",
+            "msg/s",
+            rate,
+            jq_rate,
+            target=f">= {TARGET_SEND_RATE:.0f} msg/s (SQLite)",
+            met=rate >= TARGET_SEND_RATE if sqlite else None,
+        ),
+        path,
+    )
+
+
+def concurrent(team: str, count: int, processes: int, work: Path) -> Result:
+    from models import inbox
+
+    barrier = work / "barrier"
+    barrier.mkdir()
+    shares = [count // processes + (1 if n < count % processes else 0) for n in range(processes)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD_SENDER, team, f"c{n}", str(share), str(barrier)],
+            cwd=REPO,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n, share in enumerate(shares)
+    ]
+    try:
+        while not all((barrier / f"ready-c{n}").exists() for n in range(processes)):
+            if any(p.poll() is not None for p in procs):
+                raise RuntimeError("a sender died before the start")
+            time.sleep(0.01)
+        start = time.perf_counter()
+        (barrier / "go").touch()
+        for p in procs:
+            _, err = p.communicate(timeout=3600)
+            if p.returncode != 0:
+                raise RuntimeError(f"a sender failed:\n{err[-2000:]}")
+        rate = count / (time.perf_counter() - start)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    got = sum(1 for r in inbox.messages(team, "analyst-1") if r.text.startswith("c"))
+    note = None if got == count else f"only {got} of {count} messages arrived"
+    return Result(
+        f"append, {processes} processes together, {count} in all (msg/s)",
+        "msg/s",
+        rate,
+        None,
+        note=note or "jq: none; without a lock concurrent jq appends overwrite each other",
+    )
+
+
+def large_inbox(team: str, size: int, unread: int) -> Path:
+    """Fills analyst-1's inbox with `size` messages, `unread` of them unread, and its file."""
+    from models import db, inbox, mirror
+    from models.inbox import InboxCounter, InboxRow
+
+    inbox.mark_read(team, "analyst-1")  # the system prompt: the unread ones are ours alone
+    step = max(size // max(unread, 1), 1)
+    unread_at = set(range(0, step * unread, step))
+    table = InboxRow.__table__
+    first = datetime(2026, 2, 16, 10, 0, tzinfo=UTC)
+    with db.engine().begin() as conn:
+        base = conn.execute(
+            sa.select(InboxCounter.seq).where(
+                InboxCounter.team == team, InboxCounter.member == "analyst-1"
+            )
+        ).scalar_one()
+        for chunk in range(0, size, 5000):
+            conn.execute(
+                table.insert(),
+                [
+                    {
+                        "seq": base + i + 1,
+                        "message_id": f"msg-{uuid.uuid4()}",
+                        "team": team,
+                        "recipient": "analyst-1",
+                        "sender": "coordinator",
+                        "text": f"Message {i}: please look at /data/q4-sales.csv, region {i % 7}.",
+                        "summary": f"Message {i}",
+                        "timestamp": first + timedelta(seconds=i),
+                        "color": "yellow",
+                        "read": i not in unread_at,
+                        "junk": False,
+                        "extra": {},
+                    }
+                    for i in range(chunk, min(chunk + 5000, size))
+                ],
+            )
+        conn.execute(
+            sa.update(InboxCounter.__table__)
+            .where(InboxCounter.team == team, InboxCounter.member == "analyst-1")
+            .values(
+                seq=InboxCounter.__table__.c.seq + size,
+                version=InboxCounter.__table__.c.version + size,
+            )
+        )
+    inbox.refresh_file(team, "analyst-1")
+    return mirror.inbox_path(team, "analyst-1")
+
+
+def queries(team: str, path: Path, unread: int, runs: int, work: Path) -> list[Result]:
+    from models import inbox
+
+    got = inbox.messages(team, "analyst-1", unread=True)
+    if len(got) != unread or inbox.unread_count(team, "analyst-1") != unread:
+        raise RuntimeError(f"expected {unread} unread messages, found {len(got)}")
+    query_s = median_time(lambda: inbox.messages(team, "analyst-1", unread=True), runs)
+    count_s = median_time(lambda: inbox.unread_count(team, "analyst-1"), runs)
+    jq_runs = max(3, runs // 4)
+    copy = jq_copy(path, work / "jq-large")
+    jq_query_s = median_time(lambda: run(["jq", JQ_UNREAD, str(copy)]), jq_runs)
+    jq_count_s = median_time(lambda: run(["jq", JQ_COUNT_UNREAD, str(copy)]), jq_runs)
+    if int(run(["jq", JQ_COUNT_UNREAD, str(copy)])) != unread:
+        raise RuntimeError("jq counts another number of unread messages than teamflow")
+    size = len(inbox.messages(team, "analyst-1"))
+    target = f"< {TARGET_QUERY_MS:.0f} ms"
+    counter = iter(range(10**9))
+    send_s = median_time(
+        lambda: inbox.send(team, to="analyst-1", sender="coordinator", text=f"big-{next(counter)}"),
+        jq_runs,
+    )
+    jq_send_s = median_time(lambda: run(JQ_ADD, cwd=copy.parent, shell=True), jq_runs)
+    return [
+        Result(
+            f"unread query, {size} messages, {unread} unread (ms)",
+            "ms",
+            query_s * 1000,
+            jq_query_s * 1000,
+            target=target,
+            met=query_s * 1000 < TARGET_QUERY_MS,
+        ),
+        Result(
+            f"unread count, {size} messages (ms)",
+            "ms",
+            count_s * 1000,
+            jq_count_s * 1000,
+            target=target,
+            met=count_s * 1000 < TARGET_QUERY_MS,
+        ),
+        Result(
+            f"append one message to that inbox, {path.stat().st_size >> 20} MiB file (ms)",
+            "ms",
+            send_s * 1000,
+            jq_send_s * 1000,
+        ),
+    ]
+
+
+def cli(team: str, path: Path, runs: int, work: Path) -> list[Result]:
+    copy = jq_copy(path, work / "jq-cli")
+    jq_s = median_time(lambda: run(JQ_ADD, cwd=copy.parent, shell=True), runs)
+    entry_point = Path(sys.executable).parent / "teamflow"
+    commands = {"python -m flows.cli": [sys.executable, "-m", "flows.cli"]}
+    if entry_point.exists():
+        commands[".venv/bin/teamflow"] = [str(entry_point)]
+    results = []
+    for label, prefix in commands.items():
+
+        def send(prefix: list[str] = prefix) -> None:
+            text = f"cli-{uuid.uuid4().hex[:8]}"
+            args = ["msg", "send", team, "--to", "analyst-1", "--from", "coordinator"]
+            run([*prefix, *args, "--text", text], cwd=REPO)
+
+        send()  # warm up the page cache
+        seconds = median_time(send, runs)
+        results.append(
+            Result(
+                f"`teamflow msg send` ({label}), one command (s)",
+                "s",
+                seconds,
+                jq_s,
+                target=f"< {TARGET_CLI_S} s",
+                met=seconds < TARGET_CLI_S,
+            )
+        )
+    return results
+
+
+# --- output --------------------------------------------------------------------------------
+
+
+def figure(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "msg/s":
+        return f"{value:,.0f}"
+    if unit == "s":
+        return f"{value:.3f}"
+    return f"{value:,.2f}"
+
+
+def table(results: list[Result], env: dict[str, object]) -> str:
+    rows = [("measure", "teamflow", "jq recipe", "teamflow/jq", "target", "met")]
+    for r in results:
+        met = "-" if r.met is None else "yes" if r.met else "NO"
+        ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
+        rows.append(
+            (
+                r.measure,
+                figure(r.teamflow, r.unit),
+                figure(r.jq, r.unit),
+                ratio,
+                r.target or "-",
+                met,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [f"{key}: {value}" for key, value in env.items()]
+    lines.append("")
+    for n, row in enumerate(rows):
+        cells = [
+            cell.ljust(w) if i == 0 or i >= 4 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    lines.append("")
+    lines.append("teamflow/jq is teamflow's figure over jq's: for msg/s above 1 is better,")
+    lines.append("for ms and s below 1 is better.")
+    lines += [f"note: {r.measure}: {r.note}" for r in results if r.note]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=2000, help="messages per append run")
+    parser.add_argument("--processes", type=int, default=8, help="concurrent senders")
+    parser.add_argument("--inbox-size", type=int, default=100_000, help="the large inbox")
+    parser.add_argument("--unread", type=int, default=300, help="unread in the large inbox")
+    parser.add_argument("--runs", type=int, default=21, help="runs per query (median)")
+    parser.add_argument("--cli-runs", type=int, default=5, help="runs per command (median)")
+    parser.add_argument("--database-url", help="default: a temporary SQLite database")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    if shutil.which("jq") is None:
+        parser.error("jq is not installed; the comparison needs it")
+
+    started = time.perf_counter()
+    load_before = os.getloadavg()
+    with environment(args.database_url) as info:
+        from models import team as teams
+
+        work = Path(info["tmp"])
+        suffix = uuid.uuid4().hex[:6]
+        names = [f"bench-{suffix}-{kind}" for kind in ("seq", "conc", "large")]
+        try:
+            seq_team, conc_team, large_team = (make_team(n) for n in names)
+            results = []
+            first, seq_file = sequential(seq_team, args.messages, work, info["database"])
+            results.append(first)
+            results.append(concurrent(conc_team, args.messages, args.processes, work))
+            big = large_inbox(large_team, args.inbox_size, args.unread)
+            results += queries(large_team, big, args.unread, args.runs, work)
+            results += cli(seq_team, seq_file, args.cli_runs, work)
+            env = {
+                "database": info["database"],
+                "python": sys.version.split()[0],
+                "cpus": os.cpu_count(),
+                "fsync of a small file (ms, median)": round(fsync_ms(work), 2),
+                "load average before/after": f"{load_before[0]:.2f} / {os.getloadavg()[0]:.2f}",
+                "seconds": round(time.perf_counter() - started, 1),
+            }
+        finally:
+            if not info["database"].startswith(("SQLite (temporary)", "PostgreSQL")):
+                for name in names:
+                    with contextlib.suppress(ValueError):
+                        teams.delete_team(name)
+    if args.json:
+        data = {"environment": env, "results": []}
+        for r in results:
+            data["results"].append({**asdict(r), "ratio": r.ratio})
+        print(json.dumps(data, indent=2))
+    else:
+        print(table(results, env))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

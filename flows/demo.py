@@ -1,0 +1,344 @@
+"""`teamflow demo`: the seed `004` research team, end to end, on the embedded default.
+
+The story: the coordinator creates `research-team` with `analyst-1` (haiku, sales trends,
+plans need approval) and `analyst-2` (sonnet, customer behaviour), writes sample Q4 sales and
+satisfaction data, sends the two task messages of `004`'s example, and hands them one team
+task. The scripted agents work it with real tools: analyst-1 asks for its plan to be
+approved (the lead decides by policy, or a person does with `--interactive`), then finds the
+top revenue trends, segment performance and regional variations; analyst-2 starts the
+satisfaction cross-reference as an ASYNC action and, meanwhile, looks at segments. Both
+write `analysis.csv` and `report.md`. Then both are shut down through the handshake, and the
+demo prints what happened and where to look.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from models import db
+from models import team as teams
+
+TEAM = "research-team"
+LEAD = "coordinator"
+# The prompts and the plan of seed 004's examples.
+PROMPTS = {
+    "analyst-1": "You are a data analyst specializing in sales trends. Analyze data carefully "
+    "and provide actionable insights with supporting evidence.",
+    "analyst-2": "You are a data analyst specializing in customer behavior patterns. Focus on "
+    "qualitative insights and behavioral trends.",
+}
+PLAN = (
+    "## Analysis Plan\n\n1. Load Q4 sales data\n2. Calculate revenue trends\n"
+    "3. Segment by customer type\n4. Generate visualization\n5. Write summary report\n\n"
+    "Estimated time: 30 minutes"
+)
+APPROVAL_FEEDBACK = "Looks good. Also include comparison with Q3 data."
+
+
+def _step(status: str, thought: str, actions: list[dict], *, stop: bool = False,
+          response: str | None = None) -> dict[str, Any]:  # fmt: skip
+    return {
+        "status": status,
+        "thoughts": [{"type": "PLAN" if actions else "OBSERVATION", "content": thought}],
+        "actions": actions,
+        "stop": stop,
+        "response": response,
+    }
+
+
+def _tool(name: str, params: dict[str, Any], execution: str = "SYNC") -> dict[str, Any]:
+    return {"action": name, "type": "tool", "params": params, "execution": execution}
+
+
+REPORT_1 = """# Q4 sales analysis (analyst-1)
+
+## Top 3 revenue trends
+{result.analyze_sales.top_trends.0.summary}
+{result.analyze_sales.top_trends.1.summary}
+{result.analyze_sales.top_trends.2.summary}
+
+## Key insights
+{result.analyze_sales.summary}
+
+## Recommendation
+Invest behind {result.analyze_sales.top_trends.0.product}; review the pricing of declining lines.
+"""
+
+REPORT_2 = """# Customer behaviour and satisfaction (analyst-2)
+
+## Segments
+{result.analyze_sales.summary}
+
+## Satisfaction cross-reference
+{result.cross_reference_satisfaction.summary}
+"""
+
+PLAYBOOKS: dict[str, list[dict[str, Any]]] = {
+    "analyst-1": [
+        _step("EXECUTING", "My plans need the lead's approval first.", [
+            {"action": "request_plan_approval", "type": "internal",
+             "params": {"plan": PLAN, "summary": "Q4 analysis plan"}, "execution": "SYNC"},
+        ]),
+        _step("EXECUTING", "Plan approved: compute trends, segments and regions.",
+              [_tool("analyze_sales", {"sales_path": "{sales_path}"})]),
+        _step("EXECUTING", "Write the regional table and the report.", [
+            _tool("write_csv", {"path": "artifacts/analysis.csv",
+                                "rows": "{result.analyze_sales.by_region}",
+                                "columns": ["region", "revenue", "share_pct", "vs_average_pct",
+                                            "quarter_change_pct"]}),
+            _tool("write_file", {"path": "artifacts/report.md", "content": REPORT_1}),
+        ]),
+        _step("SUCCESS", "Report written.", [], stop=True,
+              response="Top trend: {result.analyze_sales.top_trends.0.summary}"),
+    ],
+    "analyst-2": [
+        _step("TASK_STARTED", "The cross-reference takes longer: start it in the background.", [
+            _tool("cross_reference_satisfaction",
+                  {"sales_path": "{sales_path}", "satisfaction_path": "{satisfaction_path}"},
+                  "ASYNC"),
+        ]),
+        _step("EXECUTING", "Meanwhile: segment performance.",
+              [_tool("analyze_sales", {"sales_path": "{sales_path}"})]),
+        _step("EXECUTING", "Both results are in: write the table and the report.", [
+            _tool("write_csv", {"path": "artifacts/analysis.csv",
+                                "rows": "{result.cross_reference_satisfaction.pairs}",
+                                "columns": ["region", "segment", "revenue", "score",
+                                            "responses"]}),
+            _tool("write_file", {"path": "artifacts/report.md", "content": REPORT_2}),
+        ]),
+        _step("SUCCESS", "Report written.", [], stop=True,
+              response="Satisfaction vs revenue: "
+                       "{result.cross_reference_satisfaction.correlation.revenue_vs_score}"),
+    ],
+}  # fmt: skip
+
+
+def messages(sales: Path, satisfaction: Path) -> list[dict[str, Any]]:
+    """The coordinator's task messages of seed 004, pointing at the demo's files."""
+    return [
+        {
+            "to": "analyst-1",
+            "text": f"Please analyze the sales data in {sales}. Focus on:\n1. Top 3 revenue "
+            "trends\n2. Customer segment performance\n3. Regional variations\n\nProvide a "
+            "summary with key insights and recommendations.",
+            "summary": "Q4 sales analysis request",
+            "metadata": {"priority": "high", "estimated_time": "30min"},
+        },
+        {
+            "to": "analyst-1",
+            "text": f"Also cross-reference with customer satisfaction scores from {satisfaction}",
+            "summary": "Additional analysis requirement",
+            "metadata": {"related_to": "Q4 sales analysis request"},
+        },
+    ]
+
+
+def set_up(home: Path, echo: Callable[[str], None]) -> tuple[str, Path, Path]:
+    """The team, its tools and data, the messages and the task; returns the task id."""
+    from flows.demo_data import write_all
+    from flows.tools import install_builtin_tools
+    from models import inbox
+    from models.task import create_task
+
+    db.upgrade()
+    if any(t.name == TEAM for t in teams.list_teams()):
+        echo(f"  replacing the {TEAM} of an earlier demo")
+        teams.delete_team(TEAM)
+    sales, satisfaction = write_all(home / "demo" / "data")
+    echo(f"  sample data: {sales} and {satisfaction.name}")
+    install_builtin_tools()
+    teams.create_team(TEAM, description="Q4 sales analysis team", lead=LEAD)
+    for name, model, plan_mode in (("analyst-1", "haiku", True), ("analyst-2", "sonnet", None)):
+        teams.add_member(
+            TEAM, name, model=model, prompt=PROMPTS[name], plan_mode_required=plan_mode,
+            runtime={"kind": "scripted", "playbook": PLAYBOOKS[name]},
+        )  # fmt: skip
+    echo(f"  team {TEAM}: {LEAD} (lead), analyst-1 (haiku), analyst-2 (sonnet)")
+    for message in messages(sales, satisfaction):
+        to = message.pop("to")
+        inbox.send(TEAM, to=to, sender=LEAD, **message)
+    task = create_task(
+        TEAM, title="Q4 sales analysis", creator=LEAD, assignees=["analyst-1", "analyst-2"],
+        description="Top 3 revenue trends, customer segment performance, regional variations, "
+        "and the cross-reference with customer satisfaction.", priority="high",
+        params={"sales_path": str(sales), "satisfaction_path": str(satisfaction)},
+    )  # fmt: skip
+    echo(f"  task {task.id}: {task.title}")
+    return str(task.id), sales, satisfaction
+
+
+class Lead(threading.Thread):
+    """The coordinator's side: decides plans (by policy, or waits for a person) and answers
+    for the agents when they are asked to shut down."""
+
+    def __init__(self, interactive: bool, echo: Callable[[str], None]) -> None:
+        super().__init__(name="demo-lead", daemon=True)
+        self.interactive, self.echo, self.done = interactive, echo, threading.Event()
+        self.decided: set[str] = set()
+
+    def run(self) -> None:
+        from models import approval
+
+        while not self.done.wait(0.1):
+            for request in approval.list_requests(TEAM, pending=True):
+                if request.request_id in self.decided:
+                    continue
+                self.decided.add(request.request_id)
+                self.echo(f"  plan {request.request_id} from {request.member}: {request.summary}")
+                if self.interactive:
+                    self.echo(
+                        f"    approve it in the Prefect UI, or: teamflow plan approve "
+                        f"{request.request_id} --feedback '...'"
+                    )
+                    continue
+                approval.decide(
+                    request.request_id, approve=True, decider=LEAD, feedback=APPROVAL_FEEDBACK
+                )
+                _resume(request.flow_run_id, APPROVAL_FEEDBACK)
+                self.echo(f"    approved by {LEAD} (the lead's policy)")
+            self.answer_shutdowns()
+
+    def answer_shutdowns(self) -> None:
+        """An idle scripted agent agrees to shut down, as a member would: its answer goes to
+        the lead's inbox as `shutdown_approved`."""
+        from models import inbox
+        from models.inbox import ShutdownApproved
+
+        for name in ("analyst-1", "analyst-2"):
+            try:
+                unread = inbox.messages(TEAM, name, unread=True)
+            except ValueError:
+                continue
+            # Only its shutdown requests: the agent's other messages are its own to read.
+            for entry in unread:
+                if entry.type == "shutdown_request" and entry.payload:
+                    inbox.mark_read(TEAM, name, [entry.message_id])
+                    answer = ShutdownApproved.model_validate(
+                        {"requestId": entry.payload["requestId"], "backendType": "in-process"}
+                    )
+                    inbox.send_payload(TEAM, to=LEAD, sender=name, payload=answer)
+
+
+def _resume(run_id: str | None, feedback: str) -> None:
+    if not run_id:
+        return
+    from uuid import UUID
+
+    from prefect.flow_runs import resume_flow_run
+
+    # If the resume fails, the run still finds the decision in the database.
+    with contextlib.suppress(Exception):
+        resume_flow_run(
+            UUID(run_id), run_input={"approve": True, "feedback": feedback, "approver": LEAD}
+        )
+
+
+async def _run(task_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    from flows.shutdown import shutdown_member
+    from flows.team_task import team_task
+
+    result = await team_task(task_id, team=TEAM)
+    shutdowns = [
+        await shutdown_member(TEAM, name, reason="tasks_complete", timeout_s=60)
+        for name in ("analyst-1", "analyst-2")
+    ]
+    return result, shutdowns
+
+
+def run(*, interactive: bool = False, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Runs the demo; returns what happened (the task result, shutdowns, files)."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    home = db.settings().home
+    started = time.monotonic()
+    echo("1/4 setting up the team, its data and its task")
+    task_id, _, _ = set_up(home, echo)
+    echo("2/4 starting Prefect (the first start takes a few seconds)")
+    server = _server()
+    echo(f"  Prefect: {server or 'a temporary local server, stopped at the end'}")
+    echo("3/4 the agents work on the task (team-task flow)")
+    lead = Lead(interactive, echo)
+    lead.start()
+    try:
+        with _on(server):
+            result, shutdowns = asyncio.run(_run(task_id))
+    finally:
+        lead.done.set()
+        lead.join(timeout=5)
+    echo("4/4 done")
+    files = {
+        name: sorted(
+            str(p) for p in (home / "tasks" / TEAM / name / "artifacts").glob("*") if p.is_file()
+        )
+        for name in ("analyst-1", "analyst-2")
+    }
+    summary = {
+        "task": result,
+        "shutdowns": [{k: s.get(k) for k in ("member", "status", "forced")} for s in shutdowns],
+        "files": files,
+        "home": str(home),
+        "database": db.redact(db.settings().database_url),
+        "prefect": _ui(server),
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    _report(summary, echo)
+    return summary
+
+
+def _server() -> str | None:
+    """The API of a Prefect server that answers (started by `teamflow up`), else None."""
+    try:
+        from flows import runner
+
+        api = runner.api_url()
+        runner.probe(api, timeout=1.0)
+        return api
+    except Exception:  # no server: Prefect starts a temporary one
+        return None
+
+
+def _on(api: str | None) -> contextlib.AbstractContextManager[Any]:
+    """Runs go to the server found (so the UI shows them), else to a temporary one."""
+    if api is None:
+        return contextlib.nullcontext()
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    return temporary_settings(updates={PREFECT_API_URL: api})
+
+
+def _ui(api: str | None) -> str | None:
+    if api is None:
+        return None
+    from flows import runner
+
+    return runner.ui_url(api)
+
+
+def _report(summary: dict[str, Any], echo: Callable[[str], None]) -> None:
+    task = summary["task"]
+    echo("")
+    echo(f"Task {task['task_id']}: {task['status']} in {summary['seconds']} s")
+    for name, outcome in task["members"].items():
+        echo(f"  {name}: {outcome['response'] or outcome['error']}")
+    for shutdown in summary["shutdowns"]:
+        how = "forced" if shutdown.get("forced") else "approved"
+        echo(f"  {shutdown.get('member')} shut down ({how})")
+    echo("")
+    echo("Where to look:")
+    for paths in summary["files"].values():
+        for path in paths:
+            echo(f"  {path}")
+    echo(f"  team files: {summary['home']}/teams/{TEAM}/ (config.json, inboxes/)")
+    echo(f"  database: {summary['database']}")
+    echo(f"  conversations: teamflow log {TEAM} analyst-1")
+    if summary["prefect"]:
+        echo(f"  Prefect UI: {summary['prefect']}")
+    else:
+        echo("  Prefect UI: run `teamflow up` first to keep a server and watch runs there")

@@ -1,0 +1,475 @@
+"""The `plan-approval` flow: a member's plan waits, paused, for the lead's decision.
+
+The story: the request is recorded and lands in the lead's inbox; the run pauses with a
+`PlanDecision` form that shows the plan, so the Prefect UI can decide it; `teamflow plan
+approve|deny` decides it from a terminal (recording the decision first, then resuming the
+run). A decider who may not decide is told so and the run pauses again. The decision is
+recorded once, the member gets its `plan_approval_response` once, and the flow returns it.
+Nobody deciding in time lets the team's timeout policy decide (deny, approve, or escalate
+to the lead and deny at a hard limit); teamflow keeps that time itself.
+
+The wait does not poll Prefect every 10 s as `pause_flow_run` does: the run listens on
+Prefect's event stream for its own `prefect.flow-run.Running` event, so a resume reaches it
+in well under a second, and polls only as a slow fallback (`TEAMFLOW_PAUSE_POLL_SECONDS`,
+default 60). It also looks at teamflow's database every couple of seconds, which costs the
+Prefect server nothing and catches a decision whose resume did not get through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any, NoReturn, TypeVar
+
+import anyio
+import httpx
+import orjson
+from prefect import flow, get_run_logger, task
+from prefect.client.orchestration import get_client
+from prefect.context import FlowRunContext
+from prefect.events.clients import get_events_subscriber
+from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+from prefect.exceptions import Abort, PrefectHTTPStatusError
+from prefect.input import RunInput, keyset_from_paused_state
+from prefect.states import Cancelled, Paused, Running
+from prefect.utilities.engine import propose_state
+from pydantic import Field, ValidationError
+
+from models import approval
+from models.approval import AlreadyDecided, ApprovalSettings, NotAllowed, PlanApproval
+from models.base import format_timestamp, utcnow
+
+FLOW_NAME = "plan-approval"
+DEPLOYMENT = f"{FLOW_NAME}/{FLOW_NAME}"
+DEFAULT_POLL_S = 60.0
+"""Fallback poll of the Prefect API while the event stream is quiet."""
+DEFAULT_CHECK_S = 2.0
+"""How often a waiting run looks for its decision in teamflow's database."""
+PREFECT_PAUSE_MARGIN_S = 600
+"""Prefect's own pause timeout lies this far past teamflow's, so teamflow always acts first."""
+
+T = TypeVar("T", bound=RunInput)
+
+
+class PlanDecision(RunInput):
+    """The decision on a plan: the form on the paused run in the Prefect UI."""
+
+    approve: bool = Field(
+        description="Tick to approve the plan; leave unticked to deny it (say why in feedback)."
+    )
+    feedback: str | None = Field(
+        default=None,
+        description="What to change (needed to deny), or remarks for the member.",
+    )
+    approver: str = Field(
+        min_length=1,
+        description="Who decides: your member name, the team's lead or a configured approver.",
+    )
+
+
+# --- waiting for input, pushed ---------------------------------------------------------------
+
+
+def _seconds_env(name: str, default: float) -> float:
+    try:
+        return max(0.05, float(os.environ.get(name) or default))
+    except ValueError:
+        return default
+
+
+ENDING = frozenset({"CANCELLING", "CANCELLED", "FAILED", "CRASHED", "COMPLETED"})
+"""State types that end a wait: someone cancelled (or otherwise ended) the paused run."""
+
+
+def running_event_filter(flow_run_id: Any) -> EventFilter:
+    """The events that say this run is running again, or was ended while it waited."""
+    names = ["Running", "Cancelling", "Cancelled", "Failed", "Crashed", "Completed"]
+    return EventFilter(
+        event=EventNameFilter(name=[f"prefect.flow-run.{n}" for n in names]),
+        resource=EventResourceFilter(id=[f"prefect.flow-run.{flow_run_id}"]),
+    )
+
+
+async def wait_for_input(
+    form: type[T],
+    *,
+    until: datetime | None = None,
+    check: Callable[[], Awaitable[bool]] | None = None,
+    poll_s: float | None = None,
+    check_s: float | None = None,
+) -> T | None:
+    """Pauses the current flow run until it is resumed with `form`'s input; returns it.
+
+    Unlike `prefect.flow_runs.pause_flow_run`, the run hears its resume on Prefect's event
+    stream at once, and only polls the API every `poll_s` seconds as a fallback. The input
+    schema is saved before the run pauses, so a resume can never find it missing.
+
+    Returns None, after setting the run Running itself, when `until` passes or `check()`
+    says the wait is over (e.g. the decision is in the database already), and None when
+    the run was resumed without input: the caller then looks at why.
+    """
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        raise RuntimeError("wait_for_input runs inside a flow run")
+    logger = get_run_logger()
+    run_id = context.flow_run.id
+    poll_s = poll_s or _seconds_env("TEAMFLOW_PAUSE_POLL_SECONDS", DEFAULT_POLL_S)
+    check_s = check_s or _seconds_env("TEAMFLOW_PAUSE_CHECK_SECONDS", DEFAULT_CHECK_S)
+    remaining = (until - utcnow()).total_seconds() if until else 7 * 24 * 3600
+    paused = Paused(
+        timeout_seconds=int(max(remaining, 0)) + PREFECT_PAUSE_MARGIN_S,
+        reschedule=False,
+        pause_key=f"teamflow-{uuid.uuid4().hex[:12]}",
+    )
+    keyset = keyset_from_paused_state(paused)
+    paused.state_details.run_input_keyset = keyset
+
+    async with get_client() as client:
+        await form.asave(keyset, flow_run_id=run_id)
+        subscriber = await _subscribe(run_id, logger)
+        try:
+            state = await propose_state(client, paused, flow_run_id=run_id)
+            if state.is_running():
+                return await _read_input(client, form, keyset, run_id)
+            if not state.is_paused():
+                raise RuntimeError(f"flow run cannot be paused: the server answered {state}")
+            paused_at = state.timestamp
+            logger.info("Waiting for a decision (resume the run with its form, or use the CLI)")
+            last_poll = anyio.current_time()
+            while True:
+                if check is not None and await check():
+                    await _resume_self(client, run_id)
+                    return None
+                if until is not None and utcnow() >= until:
+                    await _resume_self(client, run_id)
+                    return None
+                step = check_s
+                if until is not None:
+                    step = min(step, max((until - utcnow()).total_seconds(), 0.0))
+                if subscriber is not None:
+                    try:
+                        with anyio.move_on_after(step):
+                            event = await subscriber.__anext__()
+                            kind = event.resource.get("prefect.state-type")
+                            if event.occurred >= paused_at and kind == "RUNNING":
+                                return await _read_input(client, form, keyset, run_id)
+                            if event.occurred >= paused_at and kind in ENDING:
+                                await _abort(client, run_id, kind)
+                            continue
+                    except Abort:
+                        raise
+                    except Exception as exc:  # the stream broke: poll until it is back
+                        logger.warning("Event stream lost (%s); polling until it is back", exc)
+                        await _close(subscriber)
+                        subscriber = None
+                else:
+                    await anyio.sleep(step)
+                if subscriber is None or anyio.current_time() - last_poll >= poll_s:
+                    last_poll = anyio.current_time()
+                    try:
+                        run = await client.read_flow_run(run_id)
+                    except (httpx.HTTPError, PrefectHTTPStatusError) as exc:
+                        logger.warning("Prefect API unreachable (%s); still waiting", exc)
+                        continue
+                    if run.state is not None and run.state.is_running():
+                        return await _read_input(client, form, keyset, run_id)
+                    if run.state is not None and run.state.type.value in ENDING:
+                        await _abort(client, run_id, run.state.type.value)
+                    if subscriber is None:
+                        subscriber = await _subscribe(run_id, logger)
+        finally:
+            await _close(subscriber)
+
+
+async def _read_input(
+    client: Any, form: type[T], keyset: dict[str, str], run_id: Any, patience: float = 5.0
+) -> T | None:
+    """The input the run was resumed with; None if it was resumed without any.
+
+    The server announces the Running state before the input it stored with it is readable,
+    so a missing input is read again for a moment before giving up.
+    """
+    from prefect.exceptions import ObjectNotFound
+
+    deadline = anyio.current_time() + patience
+    delay = 0.01
+    while True:
+        try:
+            value = await client.read_flow_run_input(flow_run_id=run_id, key=keyset["response"])
+        except ObjectNotFound:
+            value = None
+        except PrefectHTTPStatusError as exc:
+            if exc.response.status_code != 404:
+                raise
+            value = None
+        if value:
+            try:
+                return form.model_validate(orjson.loads(value))
+            except ValidationError:
+                return None  # the server checked it against the schema; be safe anyway
+        if anyio.current_time() >= deadline:
+            return None
+        await anyio.sleep(delay)
+        delay = min(delay * 2, 0.25)
+
+
+async def _subscribe(run_id: Any, logger: Any) -> Any:
+    subscriber = get_events_subscriber(filter=running_event_filter(run_id))
+    try:
+        return await subscriber.__aenter__()
+    except Exception as exc:
+        logger.warning("No event stream (%s): falling back to polling", exc)
+        return None
+
+
+async def _close(subscriber: Any) -> None:
+    if subscriber is not None:
+        with contextlib.suppress(Exception):
+            await subscriber.__aexit__(None, None, None)
+
+
+async def _abort(client: Any, run_id: Any, kind: str) -> NoReturn:
+    """Ends the wait of a run someone cancelled or ended from outside.
+
+    A cancelled run in this process has no worker process to kill, so it finishes its own
+    cancellation; `Abort`, carrying the final state, tells the engine to leave it at that.
+    """
+    if kind == "CANCELLING":
+        state = await propose_state(client, Cancelled(message="cancelled while waiting"), run_id)
+    else:
+        state = (await client.read_flow_run(run_id)).state
+    aborted = Abort(f"the run became {kind.lower()} while waiting")
+    aborted.state = state
+    raise aborted
+
+
+async def _resume_self(client: Any, run_id: Any) -> None:
+    """Takes the run out of its pause when teamflow, not a person, ends the wait."""
+    await propose_state(client, Running(), flow_run_id=run_id)
+
+
+# --- tasks ---------------------------------------------------------------------------------
+
+
+@task(name="record-plan-request")
+async def record_request(
+    team: str,
+    member: str,
+    plan: str,
+    summary: str,
+    request_id: str,
+    previous_request_id: str | None,
+    timeout_s: float | None,
+    policy: str | None,
+    flow_run_id: str,
+) -> str:
+    """Records the request and puts it in the lead's inbox (once, even if retried)."""
+    row = await anyio.to_thread.run_sync(
+        lambda: approval.request_plan(
+            team,
+            member,
+            plan,
+            summary,
+            request_id=request_id,
+            previous_request_id=previous_request_id,
+            timeout=timeout_s,
+            policy=policy,
+            flow_run_id=flow_run_id,
+        )
+    )
+    return row.request_id
+
+
+@task(name="apply-timeout-policy")
+async def apply_timeout_policy(request_id: str) -> str:
+    """No decision in time: the team's policy decides, or escalates to the lead."""
+    action = await anyio.to_thread.run_sync(lambda: approval.apply_timeout(request_id))
+    return action.value
+
+
+@task(name="record-decision")
+async def record_decision(request_id: str, decision: dict[str, Any]) -> dict[str, Any]:
+    """Records a decision from the form (once); says when it is refused or came too late."""
+    try:
+        row = await anyio.to_thread.run_sync(
+            lambda: approval.decide(
+                request_id,
+                approve=decision["approve"],
+                decider=decision["approver"],
+                feedback=decision.get("feedback"),
+            )
+        )
+    except NotAllowed as exc:
+        return {"refused": str(exc)}
+    except AlreadyDecided as exc:
+        stored = exc.request
+        if stored.decided_by == decision["approver"] and stored.approved == decision["approve"]:
+            return {"status": stored.status}  # the CLI recorded it before resuming the run
+        return {"late": str(exc), "status": stored.status}
+    return {"status": row.status}
+
+
+@task(name="tell-decider-not-allowed")
+async def tell_not_allowed(request_id: str, decider: str, reason: str) -> None:
+    """Tells the would-be decider (or the lead, if it is nobody on the team) the refusal."""
+    from models import inbox
+    from models.team import get_member, get_team
+
+    def send() -> None:
+        from models.db import session_scope
+
+        with session_scope() as s:
+            request = approval.get_request(request_id, session=s)
+            lead = get_team(s, request.team).lead
+            try:
+                to = get_member(s, request.team, decider, active=True).name
+            except ValueError:
+                to = lead
+            inbox.send(
+                request.team,
+                to=to,
+                sender=approval.SYSTEM,
+                text=f"Decision on plan {request_id} refused: {reason}",
+                summary=f"decision refused: {decider} may not decide this plan",
+                metadata={"request_id": request_id},
+                session=s,
+            )
+
+    await anyio.to_thread.run_sync(send)
+
+
+@task(name="send-plan-response")
+async def send_response(request_id: str) -> str | None:
+    """Makes sure the member has its response (normally sent with the decision already)."""
+    return await anyio.to_thread.run_sync(lambda: approval.respond(request_id))
+
+
+# --- the flow ------------------------------------------------------------------------------
+
+
+def decision_form(request: PlanApproval, config: ApprovalSettings) -> type[PlanDecision]:
+    """`PlanDecision` with the plan, as Markdown, for the description of the UI's form."""
+    lines = [
+        f"## Plan of {request.member} ({request.team})"
+        + (f", revision {request.revision}" if request.revision > 1 else ""),
+        "",
+        f"**Summary:** {request.summary}",
+        "",
+        request.plan,
+        "",
+        "---",
+        f"Request `{request.request_id}`. Who may decide: {', '.join(config.deciders)}.",
+    ]
+    due = request.due_at()
+    if due is not None:
+        lines.append(
+            f"Without a decision by {format_timestamp(due)}, the policy "
+            f"`{request.timeout_policy}` applies."
+        )
+    lines.append(
+        f"From a terminal: `teamflow plan approve {request.request_id}` or "
+        f"`teamflow plan deny {request.request_id} --feedback ...`."
+    )
+    return PlanDecision.with_initial_data(description="\n".join(lines))
+
+
+def result_of(request: PlanApproval) -> dict[str, Any]:
+    """The `plan_approval_response` the member got, with the request's outcome."""
+    return {
+        "type": "plan_approval_response",
+        "requestId": request.request_id,
+        "approve": request.approved,
+        "feedback": request.feedback,
+        "timestamp": format_timestamp(request.decided_at) if request.decided_at else None,
+        "status": request.status,
+        "decidedBy": request.decided_by,
+        "cause": request.cause,
+        "revision": request.revision,
+    }
+
+
+async def _load(request_id: str) -> PlanApproval:
+    return await anyio.to_thread.run_sync(lambda: approval.get_request(request_id))
+
+
+async def tag_run(*tags: str) -> None:
+    """Adds tags to the current flow run, so the UI can filter runs by team and member."""
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        return
+    wanted = set(context.flow_run.tags or []) | set(tags)
+    if wanted != set(context.flow_run.tags or []):
+        async with get_client() as client:
+            await client.update_flow_run(context.flow_run.id, tags=sorted(wanted))
+
+
+@flow(name=FLOW_NAME, flow_run_name="plan of {member}@{team}", persist_result=False)
+async def plan_approval(
+    team: str,
+    member: str,
+    plan: str,
+    summary: str,
+    request_id: str | None = None,
+    previous_request_id: str | None = None,
+    timeout_s: float | None = None,
+    policy: str | None = None,
+) -> dict[str, Any]:
+    """Asks the lead to approve a member's plan and waits for the decision.
+
+    Args:
+        team: The team.
+        member: The member whose plan it is.
+        plan: The plan, Markdown (shown on the Prefect UI's resume form).
+        summary: One line for the lead.
+        request_id: The request's id (the CLI makes one up front, so it can print it).
+        previous_request_id: The denied request this plan revises.
+        timeout_s: Seconds to wait (default: the team's `plan_timeout_seconds`).
+        policy: `deny`, `approve` or `escalate` at the timeout (default: the team's).
+
+    Returns:
+        The `plan_approval_response` sent to the member, with `status`, `decidedBy`,
+        `cause` and `revision`.
+    """
+    logger = get_run_logger()
+    await tag_run(f"team:{team}", f"member:{member}")
+    context = FlowRunContext.get()
+    run_id = str(context.flow_run.id) if context and context.flow_run else None
+    request_id = await record_request(
+        team, member, plan, summary, request_id or approval.new_plan_id(),
+        previous_request_id, timeout_s, policy, run_id,
+    )  # fmt: skip
+    config = await anyio.to_thread.run_sync(lambda: approval.settings_of(team))
+
+    async def decided_elsewhere() -> bool:
+        return not (await _load(request_id)).is_open
+
+    while True:
+        request = await _load(request_id)
+        if not request.is_open:
+            break
+        due = request.due_at()
+        if due is not None and utcnow() >= due:
+            action = await apply_timeout_policy(request_id)
+            if action != "none":
+                logger.info("No decision in time: timeout policy %s", action)
+            continue
+        decision = await wait_for_input(
+            decision_form(request, config), until=due, check=decided_elsewhere
+        )
+        if decision is None:
+            continue
+        outcome = await record_decision(request_id, decision.model_dump())
+        if "refused" in outcome:
+            logger.warning("Decision refused: %s", outcome["refused"])
+            await tell_not_allowed(request_id, decision.approver, outcome["refused"])
+            continue
+        if "late" in outcome:
+            logger.info("Decision from %s came too late: %s", decision.approver, outcome["late"])
+
+    await send_response(request_id)
+    request = await _load(request_id)
+    logger.info("Plan %s %s (%s)", request_id, request.status, request.cause)
+    return result_of(request)

@@ -1,0 +1,686 @@
+"""The `team-task` flow: a lead's task, worked on by its assignees' agents, step by step.
+
+One flow run per team task. It claims the task (pending -> in_progress, exactly once even
+with several workers), sends each assignee a `task_assignment` notification, and runs each
+assignee's agent (in parallel, bounded by the team's `concurrency` setting): every step asks
+the member's runtime for one `002` Chimera response and executes its actions. `SYNC` tool
+actions run inline as Prefect tasks; `ASYNC` ones start a separate `tool-action` run at once
+(the step reports `TASK_STARTED` and the action's `task_id`) whose result arrives later as a
+`tool_result` notification. `internal` actions send messages, request plan approval (the
+`plan-approval` flow), create tasks, or finish. A member whose `planModeRequired` is true
+cannot run tools before its plan is approved.
+
+Everything is kept: every step in the `messages` conversation table, the member's `004` task
+status (`tasks/{team}/{member}/task-status.json`), `output.log`, `artifacts/`, a
+`task_metrics` row and a `000` experience log per execution; the run shows a Markdown report
+and a table of the team's status in the Prefect UI. At the end the task is `completed` (or
+`archived` with the failures recorded) and the lead gets an `idle_notification`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.runtimes import (
+    ResultPending,
+    StepError,
+    StepRequest,
+    StepResult,
+    runtime_for,
+    step_message,
+    tool_result_message,
+)
+from models import inbox
+from models import team as teams
+from models.agent import (
+    ChimeraResponse,
+    ConversationMessage,
+    append_message,
+    load_conversation,
+)
+from models.base import utcnow
+from models.db import session_scope
+from models.task import (
+    ExecutionStatus,
+    TaskMetricsRow,
+    TaskState,
+    append_output,
+    get_task,
+    member_files,
+    move_task,
+    record_metrics,
+    set_member_status,
+)
+from models.tool import ToolResult, ToolResultStatus
+
+FLOW_NAME = "team-task"
+DEFAULT_MAX_STEPS = 25
+DEFAULT_CONCURRENCY = 4
+RESULT_WAIT_S = 0.2  # how often a step waiting for an ASYNC result looks at the inbox
+
+
+@dataclass
+class Work:
+    """What one member's execution of the task did."""
+
+    member: str
+    ok: bool = True
+    error: str | None = None
+    steps: int = 0
+    tokens: int = 0
+    tool_calls: int = 0
+    approval_wait_s: float = 0.0
+    response: str | None = None
+    plan_approved: bool = False
+    feedback_id: str | None = None
+    pending: set[asyncio.Task] = field(default_factory=set)
+
+
+# --- tasks: every read and write ------------------------------------------------------------
+
+
+def _task_info(task_id: str) -> dict[str, Any]:
+    row = get_task(task_id)
+    return {
+        "id": str(row.id),
+        "team": row.team,
+        "title": row.title,
+        "description": row.description,
+        "status": row.status,
+        "priority": row.priority,
+        "deadline": row.deadline.isoformat() if row.deadline else None,
+        "params": row.params or {},
+        "creator": row.creator_id,
+        "assignees": [a.assignee_id for a in row.assignees],
+    }
+
+
+@task(name="load-task", cache_policy=NO_CACHE)
+async def load_task(task_id: str) -> dict[str, Any]:
+    return await anyio.to_thread.run_sync(_task_info, task_id)
+
+
+@task(name="claim-task", cache_policy=NO_CACHE)
+async def claim_task(task_id: str) -> bool:
+    """pending -> in_progress; False if another run has it already."""
+    return await anyio.to_thread.run_sync(
+        lambda: move_task(
+            uuid.UUID(task_id), to=TaskState.IN_PROGRESS, only_from={TaskState.PENDING}
+        )
+    )
+
+
+@task(name="finish-task", cache_policy=NO_CACHE)
+async def finish_task(task_id: str, ok: bool) -> None:
+    state = TaskState.COMPLETED if ok else TaskState.ARCHIVED
+    await anyio.to_thread.run_sync(lambda: move_task(uuid.UUID(task_id), to=state))
+
+
+def _lead(team: str) -> str:
+    with session_scope() as s:
+        return teams.get_team(s, team).lead
+
+
+@task(name="notify-assignees", cache_policy=NO_CACHE)
+async def notify_assignees(info: dict[str, Any]) -> list[str]:
+    """Sends each assignee a `001` task_assignment notification."""
+
+    def send_all() -> list[str]:
+        lead = _lead(info["team"])
+        payload: dict[str, Any] = {
+            "task_id": info["id"],
+            "task_description": info["description"] or info["title"],
+            "priority": info["priority"] or "normal",
+            "context": {"title": info["title"], "params": info["params"]},
+        }
+        if info["deadline"]:
+            payload["deadline"] = info["deadline"]
+        return [
+            inbox.send(
+                info["team"],
+                to=name,
+                sender=lead,
+                text=payload["task_description"],
+                summary=f"Task: {info['title']}",
+                type="task_assignment",
+                payload=payload,
+            ).message_id
+            for name in info["assignees"]
+        ]
+
+    return await anyio.to_thread.run_sync(send_all)
+
+
+@task(name="member-status", cache_policy=NO_CACHE)
+async def member_status(team: str, member: str, status: str, **kwargs: Any) -> None:
+    await anyio.to_thread.run_sync(
+        lambda: set_member_status(team, member, status=ExecutionStatus(status), **kwargs)
+    )
+
+
+@task(name="agent-step", task_run_name="step {number} of {member}", cache_policy=NO_CACHE)
+async def agent_step(
+    runtime: dict[str, Any], request: StepRequest, member: str, number: int
+) -> StepResult | None:
+    """The member's next step; None while a result it needs (an ASYNC action's) is due."""
+
+    def step() -> StepResult | None:
+        try:
+            return runtime_for(runtime).step(request)
+        except ResultPending:
+            return None
+
+    return await anyio.to_thread.run_sync(step)
+
+
+@task(name="run-tool", task_run_name="{tool_id} for {member}", cache_policy=NO_CACHE)
+async def run_tool(
+    tool_id: str, params: dict[str, Any], team: str, member: str, resources: list[dict] | None
+) -> dict[str, Any]:
+    """Runs a `000` tool (in the member's task folder) and stores its Feedback."""
+    from flows.tools import run_tool as execute
+    from models.tool import get_tool, record_feedback
+
+    def go() -> dict[str, Any]:
+        try:
+            definition = get_tool(tool_id)
+        except ValueError as exc:
+            result = ToolResult(
+                tool_name=tool_id,
+                status=ToolResultStatus.FAILURE,
+                result=None,
+                error_message=str(exc),
+            )
+            return {"result": result.to_wire(), "feedback_id": None, "log": str(exc)}
+        folder = member_files(team, member)
+        run = execute(definition, params, cwd=folder, resources=resources or [])
+        feedback_id = None
+        if run.feedback is not None:
+            record_feedback(run.feedback)
+            feedback_id = run.feedback.execution_id
+            log = f"$ {' '.join(run.argv)}\n{run.feedback.stdout}{run.feedback.stderr}"
+        else:
+            log = f"{tool_id}: {run.result.error_message}"
+        return {"result": run.result.to_wire(), "feedback_id": feedback_id, "log": log}
+
+    outcome = await anyio.to_thread.run_sync(go)
+    await anyio.to_thread.run_sync(append_output, team, member, outcome["log"])
+    return outcome
+
+
+@flow(name="tool-action", flow_run_name="{tool_id} for {member}@{team}", persist_result=False)
+async def tool_action(
+    team: str,
+    member: str,
+    tool_id: str,
+    params: dict[str, Any],
+    task_id: str,
+    resources: list[dict] | None = None,
+) -> dict[str, Any]:
+    """An `ASYNC` tool action: runs the tool, then delivers a `tool_result` notification."""
+    outcome = await run_tool(tool_id, params, team, member, resources)
+    result = outcome["result"]
+    await anyio.to_thread.run_sync(
+        lambda: inbox.send(
+            team,
+            to=member,
+            sender="system",
+            text=json.dumps(result),
+            type="tool_result",
+            summary=f"{tool_id} finished ({result['status']})",
+            payload=result,
+            metadata={"task_id": task_id},
+        )
+    )
+    return result
+
+
+# --- one member's work ----------------------------------------------------------------------
+
+
+def _conversation_id(task_id: str) -> str:
+    return f"task-{task_id}"
+
+
+def _load(agent_id: str, conversation: str) -> list[ConversationMessage]:
+    with session_scope() as s:
+        return load_conversation(session=s, agent_id=agent_id, conversation_id=conversation)
+
+
+def _append(agent_id: str, conversation: str, message: ConversationMessage) -> None:
+    with session_scope() as s:
+        append_message(session=s, agent_id=agent_id, conversation_id=conversation, message=message)
+
+
+def _unread(team: str, member: str) -> list[dict[str, Any]]:
+    """The member's unread inbox entries, marked read (with their typed payloads)."""
+    rows = inbox.messages(team, member, unread=True, mark_read=True)
+    return [{**r.entry_dict(), "payload": r.payload} for r in rows]
+
+
+def _next(conversation: list[ConversationMessage]) -> tuple[int, int]:
+    """The index and turn of the next message."""
+    if not conversation:
+        return 0, 0
+    return len(conversation), conversation[-1].turn
+
+
+async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
+    """Runs one member's agent on the task until it stops, fails, or runs out of steps."""
+    from models.tool import list_tools
+
+    logger = get_run_logger()
+    team, work = info["team"], Work(member=name)
+    with session_scope() as s:
+        member = teams.get_member(s, team, name, active=True)
+        agent_id, runtime = member.agent_id, dict(member.runtime or {})
+        model, prompt, plan_mode = member.model, member.prompt, bool(member.plan_mode_required)
+        lead = teams.get_team(s, team).lead
+    allowed = runtime.get("tools")
+    tools = [
+        t
+        for t in await anyio.to_thread.run_sync(list_tools)
+        if allowed is None or t.tool_id in allowed
+    ]
+    resources = runtime.get("resources")
+    conversation_id = _conversation_id(info["id"])
+    await member_status(team, name, "running")
+    started = time.monotonic()
+
+    conversation = await anyio.to_thread.run_sync(_load, agent_id, conversation_id)
+    if not conversation:
+        now = utcnow()
+        opening = [
+            {"index": 0, "turn": 0, "timestamp": now, "role": "system", "content": prompt},
+            {
+                "index": 1,
+                "turn": 0,
+                "timestamp": now,
+                "role": "user",
+                "content": {"userid": lead, "text": info["description"] or info["title"]},
+            },
+        ]
+        for data in opening:
+            await anyio.to_thread.run_sync(
+                _append, agent_id, conversation_id, ConversationMessage.model_validate(data)
+            )
+
+    async def add(message_for: Any) -> None:
+        current = await anyio.to_thread.run_sync(_load, agent_id, conversation_id)
+        index, turn = _next(current)
+        await anyio.to_thread.run_sync(_append, agent_id, conversation_id, message_for(index, turn))
+
+    task_brief = {k: info[k] for k in ("id", "title", "description", "params")}
+    unread: list[dict[str, Any]] = []
+    waited_after_last = False
+    try:
+        while work.steps < max_steps:
+            arrived = await anyio.to_thread.run_sync(_unread, team, name)
+            unread += arrived
+            # ASYNC results become part of the conversation, so later steps still see them.
+            for entry in arrived:
+                if entry.get("type") == "tool_result" and entry.get("payload"):
+                    result = ToolResult.model_validate(entry["payload"])
+                    await add(lambda i, t, r=result: tool_result_message(r, index=i, turn=t))
+            conversation = await anyio.to_thread.run_sync(_load, agent_id, conversation_id)
+            request = StepRequest(
+                team=team,
+                member=name,
+                agent_id=agent_id,
+                model=model,
+                prompt=prompt,
+                task=task_brief,
+                conversation=conversation,
+                tools=tools,
+                inbox=unread,
+            )
+            result = await agent_step(runtime, request, name, work.steps + 1)
+            if result is None:
+                # A result it needs is due from an ASYNC action. Once none is running, the
+                # inbox is looked at one more time before the step counts as failed.
+                if not work.pending and waited_after_last:
+                    raise StepError(f"{name} waits for a result that no running action will send")
+                waited_after_last = not work.pending
+                await asyncio.sleep(RESULT_WAIT_S)
+                continue
+            waited_after_last = False
+            work.steps += 1
+            work.tokens += result.tokens
+            response = result.response
+            response, stop, results = await _execute(
+                info, name, lead, response, work, plan_mode, resources
+            )
+            turn_response = response
+            await add(lambda i, t, r=turn_response: step_message(r, index=i, turn=t + 1))
+            for tool_result in results:
+                await add(lambda i, t, r=tool_result: tool_result_message(r, index=i, turn=t))
+            unread = []
+            if response.response:
+                work.response = response.response
+            if stop:
+                break
+        else:
+            raise StepError(f"{name} did not finish within {max_steps} steps")
+        # An agent that stopped while ASYNC actions still run: their results still arrive.
+        if work.pending:
+            await asyncio.gather(*work.pending)
+    except (StepError, ValueError) as exc:
+        work.ok, work.error = False, str(exc)
+        logger.error("%s failed: %s", name, exc)
+        await anyio.to_thread.run_sync(append_output, team, name, f"error: {exc}")
+    elapsed = time.monotonic() - started
+    await member_status(
+        team,
+        name,
+        "complete" if work.ok else "error",
+        error_message=work.error,
+        tokens=work.tokens,
+        completed=work.ok,
+        response_time=elapsed if work.ok else None,
+    )
+    return work
+
+
+async def _execute(
+    info: dict[str, Any],
+    name: str,
+    lead: str,
+    response: ChimeraResponse,
+    work: Work,
+    plan_mode: bool,
+    resources: list[dict] | None,
+) -> tuple[ChimeraResponse, bool, list[ToolResult]]:
+    """Executes a step's actions.
+
+    Returns the response as recorded (ASYNC actions: `TASK_STARTED` with their task ids),
+    whether the agent is done, and the results to hand back to it (SYNC tools, internal).
+    """
+    team = info["team"]
+    stop = response.stop
+    results: list[ToolResult] = []
+    actions = []
+    started_async = False
+    for action in response.actions:
+        kind = action.type.value
+        if kind in ("tool", "script"):
+            if plan_mode and not work.plan_approved:
+                results.append(
+                    _refused(action.action, "plan approval is required before tools run")
+                )
+                actions.append(action)
+                continue
+            work.tool_calls += 1
+            if action.mode.value == "ASYNC":
+                task_id = action.task_id or str(uuid.uuid4())
+                runner = asyncio.create_task(
+                    tool_action(team, name, action.action, dict(action.params), task_id, resources)
+                )
+                work.pending.add(runner)
+                runner.add_done_callback(work.pending.discard)
+                actions.append(action.model_copy(update={"task_id": task_id}))
+                started_async = True
+                continue
+            outcome = await run_tool(action.action, dict(action.params), team, name, resources)
+            results.append(ToolResult.model_validate(outcome["result"]))
+            work.feedback_id = outcome["feedback_id"] or work.feedback_id
+            actions.append(action)
+            continue
+        actions.append(action)
+        stop = (
+            await _internal(info, name, lead, action.action, dict(action.params), work, results)
+            or stop
+        )
+    update: dict[str, Any] = {"actions": actions}
+    if started_async:
+        update["status"] = "TASK_STARTED"
+    recorded = ChimeraResponse.model_validate({**response.to_wire(), **_wire(update)})
+    return recorded, stop, results
+
+
+def _wire(update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(update)
+    if "actions" in out:
+        out["actions"] = [a.to_wire() for a in out["actions"]]
+    return out
+
+
+def _succeeded(tool: str, result: dict[str, Any]) -> ToolResult:
+    return ToolResult(
+        tool_name=tool, status=ToolResultStatus.SUCCESS, result=result, error_message=None
+    )
+
+
+def _refused(tool: str, reason: str) -> ToolResult:
+    return ToolResult(
+        tool_name=tool, status=ToolResultStatus.FAILURE, result=None, error_message=reason
+    )
+
+
+async def _internal(
+    info: dict[str, Any],
+    name: str,
+    lead: str,
+    action: str,
+    params: dict[str, Any],
+    work: Work,
+    results: list[ToolResult],
+) -> bool:
+    """Runs an `internal` action; True if it ends the member's work."""
+    team = info["team"]
+    if action in ("finish", "finishRequest"):
+        return True
+    if action in ("send_message", "postMessage"):
+        to = params.get("to", lead)
+        text = str(params.get("text", ""))
+        row = await anyio.to_thread.run_sync(
+            lambda: inbox.send(team, to=to, sender=name, text=text, summary=params.get("summary"))
+        )
+        results.append(_succeeded(action, {"messageId": row.message_id}))
+        return False
+    if action == "request_plan_approval":
+        from flows.plan_approval import plan_approval
+
+        asked = time.monotonic()
+        decision = await plan_approval(
+            team=team,
+            member=name,
+            plan=str(params.get("plan", "")),
+            summary=str(params.get("summary", info["title"])),
+        )
+        work.approval_wait_s += time.monotonic() - asked
+        work.plan_approved = bool(decision.get("approve"))
+        results.append(_succeeded(action, decision))
+        return False
+    if action == "create_task":
+        from models.task import create_task
+
+        row = await anyio.to_thread.run_sync(
+            lambda: create_task(
+                team,
+                title=str(params.get("title", "")),
+                description=params.get("description"),
+                assignees=list(params.get("assignees", [])),
+                creator=name,
+            )
+        )
+        results.append(_succeeded(action, {"task_id": str(row.id)}))
+        return False
+    results.append(_refused(action, f"unknown internal action {action!r}"))
+    return False
+
+
+# --- the flow -------------------------------------------------------------------------------
+
+
+@task(name="record-execution", cache_policy=NO_CACHE)
+async def record_execution(
+    info: dict[str, Any], work: Work, started_at: Any, ended_at: Any
+) -> None:
+    """A `task_metrics` row and a `000` experience log for one member's execution."""
+    from models.agent import ExperienceLog, ExperienceLogRow
+
+    def write() -> None:
+        duration = (ended_at - started_at).total_seconds()
+        record_metrics(
+            TaskMetricsRow(
+                team=info["team"],
+                member=work.member,
+                task_id=info["id"],
+                started_at=started_at,
+                ended_at=ended_at,
+                duration_s=duration,
+                tokens=work.tokens,
+                steps=work.steps,
+                tool_calls=work.tool_calls,
+                approval_wait_s=work.approval_wait_s,
+            )
+        )
+        log = ExperienceLog(
+            log_id=str(uuid.uuid4()),
+            agent_id=f"{work.member}@{info['team']}",
+            task_id=info["id"],
+            start_time=started_at,
+            end_time=ended_at,
+            status="success" if work.ok else "failure",
+            feedback_id=work.feedback_id or "none",
+            created_at=ended_at,
+            updated_at=ended_at,
+        )
+        with session_scope() as s:
+            s.add(ExperienceLogRow.from_wire(log))
+
+    await anyio.to_thread.run_sync(write)
+
+
+@task(name="report", cache_policy=NO_CACHE)
+async def report(info: dict[str, Any], works: list[Work], ok: bool) -> None:
+    """The Markdown report and the team's status table, as Prefect artifacts."""
+    lines = [
+        f"# {info['title']}",
+        "",
+        f"Team **{info['team']}**, task `{info['id']}`: **{'completed' if ok else 'failed'}**",
+        "",
+    ]
+    for work in works:
+        state = "done" if work.ok else f"failed: {work.error}"
+        lines += [
+            f"## {work.member} ({state})",
+            "",
+            f"{work.steps} steps, {work.tool_calls} tool calls, {work.tokens} tokens",
+            "",
+        ]
+        if work.response:
+            lines += [work.response, ""]
+    await acreate_markdown_artifact(
+        "\n".join(lines), key=f"task-{info['id']}"[:100], description=info["title"]
+    )
+    state = await anyio.to_thread.run_sync(teams.team_state, info["team"])
+    rows = [
+        {"member": m, "active": m in state["active_members"], "unread": n}
+        for m, n in state["unread"].items()
+    ]
+    await acreate_table_artifact(
+        rows, key=f"team-{info['team']}", description=f"{info['team']} status"
+    )
+
+
+def _run_name() -> str:
+    """`research-team: Q4 sales analysis (analyst-1, analyst-2)`: team, task and assignees."""
+    from prefect.runtime import flow_run
+
+    task_id = str(flow_run.parameters.get("task_id", ""))
+    try:
+        info = _task_info(task_id)
+    except ValueError:
+        return f"task {task_id[:8]}"
+    return f"{info['team']}: {info['title'][:60]} ({', '.join(info['assignees'])})"
+
+
+@flow(name=FLOW_NAME, flow_run_name=_run_name, persist_result=False)
+async def team_task(
+    task_id: str, team: str | None = None, max_steps: int = DEFAULT_MAX_STEPS
+) -> dict[str, Any]:
+    """Works a team task to its end with its assignees' agents.
+
+    Args:
+        task_id: The `001` task (created with `teamflow task create`).
+        team: The team (for the run's name; the task says which team it is).
+        max_steps: The most steps one member may take.
+
+    Returns:
+        The task's id, status and, per member, whether it succeeded, its steps and answer.
+    """
+    logger = get_run_logger()
+    info = await load_task(task_id)
+    team = info["team"]
+    if not await claim_task(task_id):
+        logger.warning("Task %s is %s already; nothing to do", task_id, info["status"])
+        return {"task_id": task_id, "status": info["status"], "members": {}}
+    await _tag(f"team:{team}", *(f"member:{m}" for m in info["assignees"]))
+    await notify_assignees(info)
+    with session_scope() as s:
+        limit = int(teams.get_team(s, team).settings.get("concurrency", DEFAULT_CONCURRENCY))
+    gate = asyncio.Semaphore(max(1, limit))
+
+    async def bounded(name: str) -> Work:
+        async with gate:
+            started = utcnow()
+            work = await work_on(info, name, max_steps)
+            await record_execution(info, work, started, utcnow())
+            return work
+
+    works = list(await asyncio.gather(*(bounded(m) for m in info["assignees"])))
+    ok = all(w.ok for w in works)
+    await finish_task(task_id, ok)
+    await report(info, works, ok)
+    await _tell_lead(info, works, ok)
+    return {
+        "task_id": task_id,
+        "status": "completed" if ok else "archived",
+        "members": {
+            w.member: {"ok": w.ok, "error": w.error, "steps": w.steps, "response": w.response}
+            for w in works
+        },
+    }
+
+
+@task(name="tell-lead", cache_policy=NO_CACHE)
+async def _tell_lead(info: dict[str, Any], works: list[Work], ok: bool) -> None:
+    """An `idle_notification` per member to the lead; failures also as a message."""
+    from models.inbox import IdleNotification
+
+    def send() -> None:
+        team = info["team"]
+        lead = _lead(team)
+        for work in works:
+            if work.member == lead:
+                continue
+            note = IdleNotification.model_validate(
+                {
+                    "from": work.member,
+                    "idleReason": "task_complete" if work.ok else "available",
+                    "timestamp": utcnow(),
+                }
+            )
+            inbox.send_payload(team, to=lead, sender=work.member, payload=note)
+            if not work.ok:
+                text = f"Task {info['title']} failed: {work.error}"
+                inbox.send(team, to=lead, sender=work.member, text=text, summary="task failed")
+
+    await anyio.to_thread.run_sync(send)
+
+
+async def _tag(*tags: str) -> None:
+    from flows.plan_approval import tag_run
+
+    await tag_run(*tags)

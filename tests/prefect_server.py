@@ -1,0 +1,147 @@
+"""Real Prefect servers and teamflow processes for tests: free ports, own homes, always stopped.
+
+Every process is started in its own session, so a test (or its `finally`) can kill the
+whole process group, children included, even when the test fails halfway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def base_env(tmp: Path, api: str) -> dict[str, str]:
+    """An environment for teamflow and Prefect processes: own homes, no telemetry."""
+    env = dict(os.environ)
+    for name in list(env):
+        if name.startswith(("PREFECT_", "TEAMFLOW_")) and name != "TEAMFLOW_TEST_POSTGRES_URL":
+            del env[name]
+    env.update(
+        PREFECT_HOME=str(tmp / "prefect-home"),
+        PREFECT_API_URL=api,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_CLI_PROMPT="false",
+        TEAMFLOW_HOME=str(tmp / "teamflow-home"),
+    )
+    return env
+
+
+def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
+
+
+def stop(process: subprocess.Popen, grace: float = 20) -> None:
+    """SIGTERM to the process group, SIGKILL after `grace` seconds."""
+    if process.poll() is None:
+        kill_group(process, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace)
+    kill_group(process, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=10)
+
+
+def healthy(api: str) -> bool:
+    try:
+        return httpx.get(f"{api}/health", timeout=1).text.strip() == "true"
+    except httpx.HTTPError:
+        return False
+
+
+def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+
+
+@dataclass
+class Server:
+    api: str
+    env: dict[str, str]
+    process: subprocess.Popen
+    log: Path
+
+
+@contextlib.contextmanager
+def prefect_server(tmp: Path, database_url: str | None = None) -> Iterator[Server]:
+    """A `prefect server start` on a free port with its own PREFECT_HOME and database."""
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = base_env(tmp, api)
+    env["PREFECT_API_DATABASE_CONNECTION_URL"] = (
+        database_url or f"sqlite+aiosqlite:///{tmp / 'prefect.db'}"
+    )
+    Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
+    log = tmp / "prefect-server.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+             "--port", str(port), "--analytics-off"],
+            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: healthy(api) or process.poll() is not None, 120, "the Prefect server")
+        assert process.poll() is None, log.read_text()[-3000:]
+        yield Server(api=api, env=env, process=process, log=log)
+    finally:
+        stop(process)
+
+
+def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """A teamflow command (`python -m flows.cli ...`) in its own session, output to `log`."""
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "flows.cli", *args],
+            env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+
+def started_pids(output: str) -> list[int]:
+    """The pids `teamflow up` says it started."""
+    return [int(pid) for pid in re.findall(r"started, pid (\d+)", output)]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def kill_pids(pids: list[int]) -> None:
+    """Safety net: kills the process groups of pids a test saw started."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)

@@ -1,0 +1,560 @@
+"""Import, export, backup and restore of a team: lossless, all or nothing, and safe."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from factories import TEAM, fixture
+from sqlmodel import Session
+
+from models import backup, db, inbox
+from models import team as teams
+from models.agent import MessageRow
+from models.alert import Alert
+from models.approval import PlanApproval, Shutdown
+from models.backup import BackupError
+from models.tables import metadata
+from models.task import TaskAssigneeRow, TaskMetricsRow, TaskRow, TaskStatus, TaskStatusRow
+from models.team import TeamError
+
+pytestmark = pytest.mark.usefixtures("db_url")
+
+
+# --- a team folder as agent-team tools write it --------------------------------------------
+
+
+def team_files() -> dict[str, Any]:
+    """A realistic `004` team folder: relative path -> parsed JSON.
+
+    The seed's "Team with Members" plus what real files carry beyond the seed (`leadAgentId`,
+    `joinedAt`, `cwd`, `planModeRequired`), a shut-down member, and inboxes from the seed's
+    examples: one entry without `messageId`, a typed `shutdown_request` with metadata, an
+    entry with a key teamflow does not know, and a typed entry whose text is its JSON.
+    """
+    config = fixture("004_config_members")
+    config["leadAgentId"] = f"coordinator@{TEAM}"
+    config["members"].insert(
+        0,
+        {
+            "agentId": f"coordinator@{TEAM}",
+            "name": "coordinator",
+            "agentType": "general-purpose",
+            "model": "opus",
+            "prompt": "You coordinate the Q4 sales analysis.",
+            "color": "yellow",
+            "backendType": "in-process",
+            "isActive": True,
+            "joinedAt": 1771237800000,
+            "cwd": "/home/user/q4",
+        },
+    )
+    analyst_1, analyst_2 = config["members"][1:]
+    analyst_1.update(joinedAt=1771238100000, cwd="/home/user/q4", planModeRequired=True)
+    analyst_2.update(
+        joinedAt=1771238160000,
+        cwd="/home/user/q4",
+        planModeRequired=False,
+        isActive=False,
+        shutdownAt="2026-02-16T11:46:00.000Z",
+        metadata=fixture("004_member_shutdown")["metadata"],
+    )
+    regular = fixture("004_inbox_regular")
+    regular.append(
+        {
+            "from": "coordinator",
+            "text": "New task: analyze customer churn",
+            "summary": "Churn analysis request",
+            "timestamp": "2026-02-16T10:50:00.000Z",
+            "color": "yellow",
+            "read": False,
+        }
+    )
+    regular.append(
+        {
+            "from": "analyst-2",
+            "text": "Segment data is in /data/segments.csv",
+            "summary": "Segment data",
+            "timestamp": "2026-02-16T10:55:00.123Z",
+            "color": "green",
+            "read": True,
+            "messageId": "msg-peer-001",
+            "replyTo": "msg-task-002",
+        }
+    )
+    idle = {
+        "from": "analyst-1",
+        "text": json.dumps(fixture("004_idle_complete")),
+        "summary": "analyst-1 is done",
+        "timestamp": "2026-02-16T11:00:00.000Z",
+        "color": "blue",
+        "read": False,
+        "messageId": "msg-idle-001",
+        "type": "idle_notification",
+    }
+    return {
+        "config.json": config,
+        "inboxes/coordinator.json": [idle],
+        "inboxes/analyst-1.json": regular,
+        "inboxes/analyst-2.json": fixture("004_inbox_shutdown_request"),
+    }
+
+
+def write_folder(folder: Path, files: dict[str, Any]) -> Path:
+    for name, data in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    return folder
+
+
+def read_folder(folder: Path) -> dict[str, Any]:
+    """Every file under `folder` but teamflow's hidden bookkeeping, parsed."""
+    return {
+        str(p.relative_to(folder)): json.loads(p.read_text())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.startswith(".")
+    }
+
+
+def row_counts() -> dict[str, int]:
+    """Rows per table, for the tables that have any."""
+    counts = {}
+    with db.engine().connect() as conn:
+        for table in metadata.sorted_tables:
+            count = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
+            if count:
+                counts[table.name] = count
+    return counts
+
+
+def files_under(root: Path) -> dict[str, bytes | None]:
+    """Every path under `root` (folders as None), links included, not followed."""
+    if not root.exists():
+        return {}
+    return {
+        str(p.relative_to(root)): None if p.is_dir() and not p.is_symlink() else p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_symlink() or p.exists()
+    }
+
+
+# --- import and export ---------------------------------------------------------------------
+
+
+def test_import_then_export_reproduces_the_folder(tmp_path: Path, home: Path) -> None:
+    files = team_files()
+    team = backup.import_team(write_folder(tmp_path / "in", files))
+    assert (team.name, team.lead) == (TEAM, "coordinator")
+
+    out = backup.export_team(TEAM, tmp_path / "out")
+    assert read_folder(out) == files
+
+    # The imported team is a live one: nothing is taken in twice (the entry without a
+    # messageId included), and new messages go after the imported ones.
+    assert inbox.sync(TEAM) == {"coordinator": (0, 0), "analyst-1": (0, 0), "analyst-2": (0, 0)}
+    assert teams.team_state(TEAM)["unread"] == {"coordinator": 1, "analyst-1": 3, "analyst-2": 1}
+    sent = inbox.send(TEAM, to="analyst-1", sender="coordinator", text="One more thing")
+    again = read_folder(backup.export_team(TEAM, tmp_path / "again"))
+    assert again["inboxes/analyst-1.json"] == [*files["inboxes/analyst-1.json"], sent.entry_dict()]
+
+
+def test_the_mirror_of_an_imported_team_is_the_folder(tmp_path: Path, home: Path) -> None:
+    files = team_files()
+    backup.import_team(write_folder(tmp_path / "in", files))
+    assert read_folder(home / "teams" / TEAM) == files
+    sent = inbox.send(TEAM, to="analyst-1", sender="coordinator", text="One more thing")
+    on_disk = read_folder(home / "teams" / TEAM)
+    assert on_disk["inboxes/analyst-1.json"] == [
+        *files["inboxes/analyst-1.json"],
+        sent.entry_dict(),
+    ]
+
+
+def test_import_refuses_a_team_that_exists(tmp_path: Path, home: Path) -> None:
+    folder = write_folder(tmp_path / "in", team_files())
+    backup.import_team(folder)
+    before = row_counts(), files_under(home)
+    with pytest.raises(TeamError, match="exists already"):
+        backup.import_team(folder)
+    assert (row_counts(), files_under(home)) == before
+
+
+def _edit(name: str, change: Callable[[Any], Any]) -> Callable[[Path], None]:
+    def apply(folder: Path) -> None:
+        path = folder / name
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps(change(data)))
+
+    return apply
+
+
+def _write(name: str, text: str) -> Callable[[Path], None]:
+    def apply(folder: Path) -> None:
+        (folder / name).write_text(text)
+
+    return apply
+
+
+def _symlink(name: str) -> Callable[[Path], None]:
+    def apply(folder: Path) -> None:
+        path = folder / name
+        target = folder.parent / "elsewhere.json"
+        target.write_text(path.read_text())
+        path.unlink()
+        path.symlink_to(target)
+
+    return apply
+
+
+def _member(i: int, **changes: Any) -> Callable[[Any], Any]:
+    def change(config: Any) -> Any:
+        config["members"][i].update(changes)
+        return config
+
+    return change
+
+
+def _entry(i: int, **changes: Any) -> Callable[[Any], Any]:
+    def change(entries: Any) -> Any:
+        entries[i].update(changes)
+        return entries
+
+    return change
+
+
+def _duplicate_first(entries: list) -> list:
+    return [*entries, dict(entries[0], text="again")]
+
+
+MALFORMED = {
+    "bad member model": (
+        _edit("config.json", _member(1, model="gpt-9")),
+        r"in/config\.json: members\[1\]\.model: model 'gpt-9' is not allowed",
+    ),
+    "bad tmux pane": (
+        _edit("config.json", _member(2, tmuxPaneId="89")),
+        r"in/config\.json: members\[2\]\.tmuxPaneId: String should match",
+    ),
+    "team name not kebab-case": (
+        _edit("config.json", lambda c: {**c, "name": "Research_Team"}),
+        r"in/config\.json: name: 'Research_Team' is not a team name",
+    ),
+    "config not JSON": (_write("config.json", '{"name": '), r"in/config\.json: not valid JSON"),
+    "no config": (lambda f: (f / "config.json").unlink(), r"in/config\.json: no such file"),
+    "bad colour in an inbox entry": (
+        _edit("inboxes/analyst-1.json", _entry(1, color="purple")),
+        r"in/inboxes/analyst-1\.json: entry \[1\]\.color: Input should be 'blue'",
+    ),
+    "inbox entry without read": (
+        _edit("inboxes/analyst-1.json", lambda e: [*e[:2], {**e[2], "read": None}]),
+        r"in/inboxes/analyst-1\.json: entry \[2\]\.read: Input should be a valid boolean",
+    ),
+    "inbox not an array": (
+        _edit("inboxes/analyst-2.json", lambda entries: entries[0]),
+        r"in/inboxes/analyst-2\.json: an inbox file must be a JSON array",
+    ),
+    "inbox not JSON": (
+        _write("inboxes/analyst-2.json", "[{]"),
+        r"in/inboxes/analyst-2\.json: not valid JSON",
+    ),
+    "duplicate messageId in an inbox": (
+        _edit("inboxes/analyst-1.json", _duplicate_first),
+        r"in/inboxes/analyst-1\.json: entry \[5\]\.messageId: 'msg-init-001' is a duplicate",
+    ),
+    "inbox of no member": (
+        _write("inboxes/ghost.json", "[]"),
+        r"in/inboxes/ghost\.json: 'ghost' is not a member in config\.json",
+    ),
+    "inbox file named ..json": (
+        _write("inboxes/..json", "[]"),
+        r"in/inboxes/\.\.json: '\.' is not a member name",
+    ),
+    "symlinked inbox": (
+        _symlink("inboxes/analyst-1.json"),
+        r"in/inboxes/analyst-1\.json: a symlink; refusing to follow it",
+    ),
+}
+
+
+@pytest.mark.parametrize(("break_it", "message"), MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_folder_is_refused_naming_file_field_and_reason(
+    tmp_path: Path, home: Path, break_it: Callable[[Path], None], message: str
+) -> None:
+    folder = write_folder(tmp_path / "in", team_files())
+    break_it(folder)
+    with pytest.raises(BackupError, match=message) as refused:
+        backup.import_team(folder)
+    assert len(str(refused.value).splitlines()) == 1
+    assert row_counts() == {}
+    assert files_under(home) == {}
+
+
+# --- backup and restore --------------------------------------------------------------------
+
+
+def populate(tmp_path: Path, home: Path) -> None:
+    """The realistic team, plus a row in every table a team's work fills, plus task files."""
+    backup.import_team(write_folder(tmp_path / "in", team_files()))
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="Start with the west region")
+    inbox.mark_read(TEAM, "analyst-1", ["msg-task-001"])
+    teams.heartbeat(TEAM, "analyst-1", status="thinking")
+    status = TaskStatus.model_validate(fixture("004_task_status"))
+    with Session(db.engine()) as s:
+        task = TaskRow(
+            title="Q4 sales analysis",
+            team=TEAM,
+            creator_id=f"coordinator@{TEAM}",
+            assignees=[TaskAssigneeRow(assignee_id=f"analyst-1@{TEAM}")],
+        )
+        s.add(task)
+        s.add(TaskStatusRow.from_wire(status))
+        s.add(TaskMetricsRow(team=TEAM, member="analyst-1", task_id="t-1", tokens=12500))
+        s.add(MessageRow(agent_id=f"analyst-1@{TEAM}", role="system", content="You analyze."))
+        s.add(
+            PlanApproval(
+                request_id="plan-xyz789",
+                team=TEAM,
+                member="analyst-1",
+                plan="1. Load\n2. Analyze",
+                summary="Q4 plan",
+            )
+        )
+        s.add(Shutdown(request_id="req-shutdown-abc123", team=TEAM, member="analyst-2"))
+        s.add(Alert(team=TEAM, name="daily-sync", alert_type="TIMER", message="Daily sync"))
+        s.commit()
+    work = home / "tasks" / TEAM / "analyst-1"
+    (work / "artifacts").mkdir(parents=True)
+    (work / "task-status.json").write_text(json.dumps(fixture("004_task_status"), indent=2))
+    (work / "output.log").write_text("loading /data/q4-sales.csv\ndone\n")
+    (work / "artifacts" / "report.md").write_text("# Q4 sales\n\nRevenue grew 12%.\n")
+
+
+def snapshot(home: Path) -> tuple[dict[str, list[str]], dict[str, bytes | None]]:
+    """The team's rows in every table (each table's rows sorted) and its files.
+
+    The mirror's own bookkeeping (`.lock`, `.*.state`: inode and mtime of what it wrote)
+    is left out: it is rebuilt on restore.
+    """
+    with Session(db.engine()) as s:
+        dump = backup._team_rows(s, TEAM)
+    rows = {
+        table: sorted(json.dumps(r, sort_keys=True, default=str) for r in table_rows)
+        for table, table_rows in dump.items()
+    }
+    files: dict[str, bytes | None] = {}
+    for top in ("teams", "tasks"):
+        for name, data in files_under(home / top / TEAM).items():
+            if not (name.endswith(".state") or name.endswith(".lock")):
+                files[f"{top}/{TEAM}/{name}"] = data
+    return rows, files
+
+
+def test_backup_delete_restore_reproduces_the_team(tmp_path: Path, home: Path) -> None:
+    populate(tmp_path, home)
+    before = snapshot(home)
+    rows, files = before
+    assert set(rows) >= {
+        "teams", "members", "inbox_messages", "inbox_counters", "agent_state", "tasks",
+        "task_assignees", "task_status", "task_metrics", "messages", "plan_approvals",
+        "shutdowns", "alerts",
+    }  # fmt: skip
+    assert f"tasks/{TEAM}/analyst-1/artifacts/report.md" in files
+
+    archive = backup.backup(TEAM, tmp_path / "research-team.tar.gz")
+    teams.delete_team(TEAM)
+    assert teams.list_teams() == []
+    assert snapshot(home)[1] == {}
+
+    assert backup.restore(archive) == TEAM
+    assert snapshot(home) == before
+    assert inbox.sync(TEAM) == {"coordinator": (0, 0), "analyst-1": (0, 0), "analyst-2": (0, 0)}
+    assert snapshot(home) == before
+
+
+def test_restore_refuses_an_existing_team_unless_forced(tmp_path: Path, home: Path) -> None:
+    populate(tmp_path, home)
+    before = snapshot(home)
+    archive = backup.backup(TEAM, tmp_path / "research-team.tar.gz")
+
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="after the backup")
+    teams.add_member(TEAM, "analyst-3", model="haiku", prompt="You check the numbers.")
+    (home / "tasks" / TEAM / "analyst-1" / "output.log").write_text("overwritten\n")
+    changed = snapshot(home)
+    assert changed != before
+
+    with pytest.raises(TeamError, match="exists; restore with --force"):
+        backup.restore(archive)
+    assert snapshot(home) == changed
+
+    assert backup.restore(archive, force=True) == TEAM
+    assert snapshot(home) == before
+    assert not (home / "teams" / TEAM / "inboxes" / "analyst-3.json").exists()
+
+
+def _reset_id_sequences() -> None:
+    """On PostgreSQL, what a new database has: every id sequence back at its start."""
+    engine = db.engine()
+    if engine.dialect.name != "postgresql":
+        return
+    with engine.begin() as conn:
+        for table in metadata.sorted_tables:
+            if "id" in table.c and isinstance(table.c.id.type, sa.Integer):
+                conn.execute(
+                    sa.text("SELECT setval(pg_get_serial_sequence(:t, 'id'), 1, false)"),
+                    {"t": table.name},
+                )
+
+
+def test_a_restored_team_keeps_working_in_a_new_database(tmp_path: Path, home: Path) -> None:
+    populate(tmp_path, home)
+    archive = backup.backup(TEAM, tmp_path / "research-team.tar.gz")
+    teams.delete_team(TEAM)
+    _reset_id_sequences()
+
+    backup.restore(archive)
+    sent = inbox.send(TEAM, to="analyst-1", sender="coordinator", text="Welcome back")
+    assert inbox.messages(TEAM, "analyst-1")[-1].message_id == sent.message_id
+    with Session(db.engine()) as s:
+        s.add(Alert(team=TEAM, name="weekly", alert_type="TIMER", message="Weekly review"))
+        s.add(MessageRow(agent_id=f"analyst-1@{TEAM}", role="user", content="{}"))
+        s.commit()
+
+
+def test_delete_leaves_no_row_of_the_team(tmp_path: Path, home: Path) -> None:
+    populate(tmp_path, home)
+    teams.delete_team(TEAM)
+    assert snapshot(home) == ({}, {})
+
+
+# --- archive safety ------------------------------------------------------------------------
+
+
+def _file(name: str, data: bytes = b"evil\n") -> tuple[tarfile.TarInfo, bytes | None]:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def _link(name: str, target: str, kind: bytes) -> tuple[tarfile.TarInfo, bytes | None]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    return info, None
+
+
+def build_archive(
+    path: Path,
+    source: Path | None,
+    extra: list[tuple[tarfile.TarInfo, bytes | None]],
+    *,
+    keep: Callable[[tarfile.TarInfo], bool] = lambda _info: True,
+) -> Path:
+    """A `.tar.gz` with the members of `source` that `keep` keeps, then `extra`."""
+    with tarfile.open(path, "w:gz") as out:
+        if source is not None:
+            with tarfile.open(source, "r:gz") as src:
+                for info in src.getmembers():
+                    if keep(info):
+                        out.addfile(info, src.extractfile(info) if info.isfile() else None)
+        for info, data in extra:
+            out.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def _dump_with(change: Callable[[dict], None]) -> Callable[[Path, Path], Path]:
+    """An archive like the good one, its database dump changed by `change`."""
+
+    def make(path: Path, good: Path) -> Path:
+        with tarfile.open(good, "r:gz") as src:
+            dump = json.loads(src.extractfile(backup.DUMP).read())  # type: ignore[union-attr]
+        change(dump)
+        data = json.dumps(dump).encode()
+        return build_archive(
+            path, good, [_file(backup.DUMP, data)], keep=lambda i: i.name != backup.DUMP
+        )
+
+    return make
+
+
+def _with(*extra: tuple[tarfile.TarInfo, bytes | None]) -> Callable[[Path, Path], Path]:
+    return lambda path, good: build_archive(path, good, list(extra))
+
+
+def _other_team_row(dump: dict) -> None:
+    dump["rows"]["alerts"].append(
+        {**dump["rows"]["alerts"][0], "id": 999, "team": "other-team", "name": "planted"}
+    )
+
+
+def _unknown_column(dump: dict) -> None:
+    dump["rows"]["teams"][0]["owner"] = "mallory"
+
+
+EVIL = "evil.txt"  # every archive below tries to put this next to TEAMFLOW_HOME
+
+BAD_ARCHIVES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
+    "member ../evil": (_with(_file(f"../{EVIL}")), "refusing member"),
+    "member escaping through the team folder": (
+        _with(_file(f"teams/{TEAM}/../../../{EVIL}")),
+        "refusing member",
+    ),
+    "absolute member": (
+        lambda p, g: build_archive(p, g, [_file(str(p.parent / EVIL))]),
+        "refusing",
+    ),
+    "symlink member": (
+        _with(_link(f"teams/{TEAM}/inboxes/evil.json", f"../../../../{EVIL}", tarfile.SYMTYPE)),
+        "refusing member",
+    ),
+    "hardlink member": (
+        _with(_link(f"tasks/{TEAM}/analyst-1/evil", "/etc/passwd", tarfile.LNKTYPE)),
+        "refusing member",
+    ),
+    "fifo member": (
+        _with(_link(f"tasks/{TEAM}/analyst-1/fifo", "", tarfile.FIFOTYPE)),
+        "refusing member",
+    ),
+    "member of another team": (_with(_file("teams/other-team/config.json")), "refusing member"),
+    "member beside the team folders": (_with(_file(EVIL)), "refusing member"),
+    "member in a folder named like the team": (
+        _with(_file(f"tasks/{TEAM}-2/x")),
+        "refusing member",
+    ),
+    "no teamflow-backup.json": (
+        lambda path, good: build_archive(path, good, [], keep=lambda i: i.name != backup.DUMP),
+        "has no readable teamflow-backup.json",
+    ),
+    "rows of another team": (_dump_with(_other_team_row), "another team"),
+    "unknown column": (_dump_with(_unknown_column), "teams has no column 'owner'"),
+    "not an archive": (
+        lambda path, _good: (path.write_text('{"team": "research-team"}'), path)[1],
+        "not a teamflow backup",
+    ),
+}
+
+
+@pytest.mark.parametrize(("make", "message"), BAD_ARCHIVES.values(), ids=BAD_ARCHIVES.keys())
+def test_restore_refuses_an_unsafe_archive_and_writes_nothing(
+    tmp_path: Path, home: Path, make: Callable[[Path, Path], Path], message: str
+) -> None:
+    populate(tmp_path, home)
+    good = backup.backup(TEAM, tmp_path / "good.tar.gz")
+    teams.delete_team(TEAM)
+    bad = make(tmp_path / "bad.tar.gz", good)
+    before = row_counts(), files_under(tmp_path)
+
+    with pytest.raises(BackupError, match=message) as refused:
+        backup.restore(bad)
+    assert len(str(refused.value).splitlines()) == 1
+    assert teams.list_teams() == []
+    assert (row_counts(), files_under(tmp_path)) == before
+    assert not (tmp_path / EVIL).exists()
+    assert not os.path.lexists(home.parent / EVIL)

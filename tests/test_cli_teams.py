@@ -1,0 +1,316 @@
+"""Teams, members and messages through `teamflow`, run as a user runs it: real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from factories import TEAM, research_team
+from test_backup import read_folder, team_files, write_folder
+
+from models import backup, db
+from models import team as teams
+from models.tables import metadata
+
+
+@pytest.fixture
+def env(db_url: str, home: Path) -> dict[str, str]:
+    """What a user's shell has: where teamflow keeps its files and its database."""
+    return {**os.environ, "TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": db_url}
+
+
+def teamflow(env: dict[str, str], *args: str, **more_env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env={**env, **more_env},
+        timeout=120,
+    )
+
+
+def ok(env: dict[str, str], *args: str) -> str:
+    """Runs a command that must succeed; its stdout."""
+    result = teamflow(env, *args)
+    assert result.returncode == 0, f"{args}: {result.stderr}"
+    assert result.stderr == "", result.stderr
+    return result.stdout
+
+
+def ok_json(env: dict[str, str], *args: str) -> Any:
+    return json.loads(ok(env, *args, "--json"))
+
+
+def refused(result: subprocess.CompletedProcess, *fragments: str, code: int = 1) -> str:
+    """Checks a refusal: exit `code` and one line `teamflow: error: ...` naming every fragment."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("teamflow: error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def config_on_disk(home: Path) -> dict:
+    return json.loads((home / "teams" / TEAM / "config.json").read_text())
+
+
+def inbox_on_disk(home: Path, member: str) -> list[dict]:
+    return json.loads((home / "teams" / TEAM / "inboxes" / f"{member}.json").read_text())
+
+
+def everything(home: Path) -> tuple[dict[str, list[str]], dict[str, bytes]]:
+    """Every row of every table and every file under TEAMFLOW_HOME but lock files."""
+    rows: dict[str, list[str]] = {}
+    with db.engine().connect() as conn:
+        for table in metadata.sorted_tables:
+            found = [
+                json.dumps(dict(r._mapping), default=str) for r in conn.execute(sa.select(table))
+            ]
+            if found:
+                rows[table.name] = sorted(found)
+    files = {
+        str(p.relative_to(home)): p.read_bytes()
+        for p in sorted(home.rglob("*"))
+        if p.is_file() and p.name != ".lock"
+    }
+    return rows, files
+
+
+# --- a user's story ------------------------------------------------------------------------
+
+
+def test_a_team_from_creation_to_a_read_inbox(env: dict[str, str], home: Path) -> None:
+    created = ok_json(
+        env, "team", "create", TEAM, "--description", "Q4 sales analysis team",
+        "--lead", "coordinator",
+    )  # fmt: skip
+    assert created == {"team": TEAM, "lead": "coordinator"}
+    analyst = ok_json(
+        env, "member", "add", TEAM, "analyst-1", "--model", "haiku",
+        "--prompt", "You are a data analyst specializing in sales trends.",
+    )  # fmt: skip
+    assert analyst["agentId"] == "analyst-1@research-team"
+    assert (analyst["model"], analyst["color"], analyst["isActive"]) == ("haiku", "blue", True)
+    added = ok(
+        env, "member", "add", TEAM, "analyst-2", "--model", "sonnet",
+        "--prompt", "You study customer behaviour.",
+    )  # fmt: skip
+    assert added.strip() == "added analyst-2@research-team (sonnet, green)"
+
+    members = ok_json(env, "member", "list", TEAM)
+    assert [m["name"] for m in members] == ["coordinator", "analyst-1", "analyst-2"]
+    assert members == config_on_disk(home)["members"]
+    assert ok_json(env, "team", "show", TEAM) == config_on_disk(home)
+
+    sent = ok_json(
+        env, "msg", "send", TEAM, "--from", "coordinator", "--to", "analyst-1",
+        "--text", "Please analyze the sales data in /data/q4-sales.csv.",
+        "--summary", "Q4 sales analysis request",
+    )  # fmt: skip
+    assert sent["from"] == "coordinator"
+    assert (sent["color"], sent["read"], sent["summary"]) == (
+        "yellow",
+        False,
+        "Q4 sales analysis request",
+    )
+    assert sent["messageId"].startswith("msg-")
+    broadcast = ok_json(
+        env, "msg", "broadcast", TEAM, "--from", "coordinator", "--text", "Stand-up in 5 minutes"
+    )  # fmt: skip
+    assert [b["to"] for b in broadcast] == ["analyst-1", "analyst-2"]
+
+    unread = ok_json(env, "msg", "inbox", TEAM, "analyst-1", "--unread")
+    assert [e.get("type") for e in unread] == ["system_init", None, None]
+    assert unread[1] == sent
+    assert unread == [e for e in inbox_on_disk(home, "analyst-1") if not e["read"]]
+
+    state = ok_json(env, "status", TEAM)
+    assert state == {
+        "team": TEAM,
+        "created": config_on_disk(home)["createdAt"],
+        "active_members": ["coordinator", "analyst-1", "analyst-2"],
+        "total_members": 3,
+        "unread": {"coordinator": 0, "analyst-1": 3, "analyst-2": 2},
+    }
+
+    shown = ok(env, "msg", "inbox", TEAM, "analyst-1", "--mark-read")
+    assert "coordinator: Q4 sales analysis request" in shown
+    assert all(e["read"] for e in inbox_on_disk(home, "analyst-1"))
+    assert teams.team_state(TEAM)["unread"]["analyst-1"] == 0
+
+    beat = ok_json(env, "member", "heartbeat", TEAM, "analyst-1", "--status", "thinking")
+    assert (beat["agent_id"], beat["status"]) == ("analyst-1@research-team", "thinking")
+    assert ok_json(env, "team", "list") == [
+        {"name": TEAM, "description": "Q4 sales analysis team", "lead": "coordinator"}
+    ]
+
+
+def test_export_backup_delete_restore_import_through_the_cli(
+    env: dict[str, str], home: Path, tmp_path: Path
+) -> None:
+    files = team_files()
+    backup.import_team(write_folder(tmp_path / "in", files))
+    config = ok_json(env, "team", "show", TEAM)
+    assert config == config_on_disk(home) == files["config.json"]
+    archive, out = tmp_path / "research-team.tar.gz", tmp_path / "out"
+
+    assert ok(env, "team", "export", TEAM, "--dir", str(out)).startswith("exported team")
+    assert read_folder(out) == files
+    assert ok(env, "team", "backup", TEAM, "--out", str(archive)).startswith("backed up team")
+    assert ok(env, "team", "delete", TEAM, "--yes").strip() == f"deleted team {TEAM}"
+    assert teams.list_teams() == []
+    assert not (home / "teams" / TEAM).exists()
+
+    assert ok_json(env, "team", "import", str(out)) == {"team": TEAM}
+    assert ok_json(env, "team", "show", TEAM) == config
+    teams.add_member(TEAM, "analyst-3", model="haiku", prompt="Joined after the backup.")
+    refused(teamflow(env, "team", "restore", str(archive)), "exists", "--force")
+    assert ok(env, "team", "restore", str(archive), "--force").strip() == f"restored team {TEAM}"
+    assert config_on_disk(home) == config
+    assert ok_json(env, "msg", "inbox", TEAM, "analyst-1") == files["inboxes/analyst-1.json"]
+
+
+def test_sync_takes_in_what_a_jq_recipe_wrote(env: dict[str, str], home: Path) -> None:
+    research_team()
+    path = home / "teams" / TEAM / "inboxes" / "analyst-1.json"
+    entries = json.loads(path.read_text())
+    # `jq '. += [...]'` and `jq '(.[] | select(.messageId == ...) | .read) = true'`, then mv.
+    entries[0]["read"] = True
+    entries.append(
+        {
+            "from": "coordinator",
+            "text": "New task: analyze customer churn",
+            "summary": "Churn analysis request",
+            "timestamp": "2026-02-16T10:40:00.000Z",
+            "color": "yellow",
+            "read": False,
+            "messageId": "msg-outside-1",
+        }
+    )
+    tmp = path.with_name("analyst-1.json.tmp")
+    tmp.write_text(json.dumps(entries, indent=2))
+    tmp.replace(path)
+
+    assert ok_json(env, "sync", TEAM) == {
+        "coordinator": {"added": 0, "marked_read": 0},
+        "analyst-1": {"added": 1, "marked_read": 1},
+        "analyst-2": {"added": 0, "marked_read": 0},
+    }
+    assert ok_json(env, "msg", "inbox", TEAM, "analyst-1") == entries
+    assert json.loads(path.read_text()) == entries
+
+
+# --- bad input: one line, exit 1, nothing written ------------------------------------------
+
+SEND = ("msg", "send", TEAM, "--from", "coordinator", "--to", "analyst-1")
+APPROVED = (*SEND, "--type", "shutdown_approved")
+ADD = ("member", "add", TEAM, "analyst-9", "--prompt", "You check the numbers.")
+
+BAD_INPUT: dict[str, tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]] = {
+    "typed message, not JSON": (
+        (*APPROVED, "--text", '{"requestId": "req-1", '),
+        {},
+        ("shutdown_approved message takes its JSON",),
+    ),
+    "typed message, a field missing": (
+        (*APPROVED, "--text", '{"requestId": "req-1", "backendType": "tmux"}'),
+        {},
+        ("paneId is required when backendType is tmux",),
+    ),
+    "colour not in the seed's set": (
+        (*ADD, "--model", "haiku", "--color", "purple"),
+        {},
+        ("color: Input should be 'blue'",),
+    ),
+    "model not allowed": (
+        (*ADD, "--model", "gpt-9"),
+        {},
+        ("model 'gpt-9' is not allowed",),
+    ),
+    "heartbeat status": (
+        ("member", "heartbeat", TEAM, "analyst-1", "--status", "asleep"),
+        {},
+        ("status 'asleep' is not one of idle, thinking",),
+    ),
+    "unknown team": (
+        ("msg", "send", "nobody-here", "--from", "a", "--to", "b", "--text", "x"),
+        {},
+        ("no team named 'nobody-here'",),
+    ),
+    "unknown recipient": (
+        ("msg", "send", TEAM, "--from", "coordinator", "--to", "ghost", "--text", "x"),
+        {},
+        ("no member named 'ghost'",),
+    ),
+    "unknown sender": (
+        ("msg", "send", TEAM, "--from", "ghost", "--to", "analyst-1", "--text", "x"),
+        {},
+        ("unknown sender", "'ghost'"),
+    ),
+    "member named ../x": (
+        ("member", "add", TEAM, "../x", "--model", "haiku", "--prompt", "p"),
+        {},
+        ("'../x' is not a member name",),
+    ),
+    "team named ../x": (
+        ("team", "create", "../x", "--description", "d"),
+        {},
+        ("'../x' is not a team name",),
+    ),
+    "oversized message": (
+        (*SEND, "--text", "x" * 101),
+        {"TEAMFLOW_MAX_MESSAGE_BYTES": "100"},
+        ("101 bytes is over the limit of 100",),
+    ),
+    "message to a shut-down member": (
+        ("msg", "send", TEAM, "--from", "coordinator", "--to", "analyst-2", "--text", "hi"),
+        {},
+        ("member 'analyst-2' of team 'research-team' is shut down",),
+    ),
+}
+
+
+@pytest.mark.parametrize(("args", "more_env", "fragments"), BAD_INPUT.values(), ids=BAD_INPUT)
+def test_bad_input_is_one_line_and_writes_nothing(
+    env: dict[str, str],
+    home: Path,
+    args: tuple[str, ...],
+    more_env: dict[str, str],
+    fragments: tuple[str, ...],
+) -> None:
+    research_team()
+    teams.set_member(TEAM, "analyst-2", is_active=False)
+    before = everything(home)
+    refused(teamflow(env, *args, **more_env), *fragments)
+    assert everything(home) == before
+
+
+def test_other_bad_input_is_one_line_and_writes_nothing(
+    env: dict[str, str], home: Path, tmp_path: Path
+) -> None:
+    research_team()
+    folder = write_folder(tmp_path / "in", team_files())
+    inbox = folder / "inboxes" / "analyst-1.json"
+    inbox.write_text(inbox.read_text().replace('"yellow"', '"purple"', 1))
+    not_an_archive = tmp_path / "notes.tar.gz"
+    not_an_archive.write_text("just notes\n")
+    before = everything(home)
+
+    refused(
+        teamflow(env, "team", "import", str(folder)),
+        f"{inbox}: entry [1].color: Input should be 'blue'",
+    )
+    refused(teamflow(env, "team", "restore", str(not_an_archive)), "not a teamflow backup")
+    refused(teamflow(env, "team", "delete", TEAM), "without --yes")
+    refused(teamflow(env, *SEND), "Missing option '--text'", "msg send --help", code=2)
+    assert everything(home) == before

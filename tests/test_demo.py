@@ -1,0 +1,134 @@
+"""`teamflow demo`, end to end, its answers checked against the CSV files computed here."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import re
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from prefect.testing.utilities import prefect_test_harness
+
+from flows import demo
+from models import inbox
+from models import team as teams
+from models.task import list_tasks
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    home = tmp_path_factory.mktemp("demo-home")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TEAMFLOW_HOME", str(home))
+    patch.setenv("TEAMFLOW_DATABASE_URL", f"sqlite:///{home / 'teamflow.db'}")
+    patch.setenv("PREFECT_API_URL", "")  # never a server left running elsewhere
+    lines: list[str] = []
+    try:
+        with prefect_test_harness():
+            summary = demo.run(echo=lines.append)
+        yield {"summary": summary, "home": home, "lines": lines}
+    finally:
+        patch.undo()
+
+
+def _monthly(sales: Path) -> dict[str, dict[str, float]]:
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    with sales.open() as f:
+        for row in csv.DictReader(f):
+            totals[row["product"]][row["date"][:7]] += float(row["revenue"])
+    return totals
+
+
+def _top3(sales: Path) -> list[tuple[str, float]]:
+    growth = {}
+    for product, months in _monthly(sales).items():
+        values = [months[m] for m in sorted(months)]
+        changes = [(b - a) / a * 100 for a, b in itertools.pairwise(values)]
+        growth[product] = sum(changes) / len(changes)
+    return sorted(growth.items(), key=lambda item: abs(item[1]), reverse=True)[:3]
+
+
+def test_the_demo_completes_and_says_where_to_look(ran: dict) -> None:
+    summary = ran["summary"]
+    assert summary["task"]["status"] == "completed"
+    assert all(m["ok"] for m in summary["task"]["members"].values())
+    assert [s["status"] for s in summary["shutdowns"]] == ["approved", "approved"]
+    text = "\n".join(ran["lines"])
+    for expected in ("1/4", "4/4", "report.md", "analysis.csv", "teamflow log research-team"):
+        assert expected in text
+
+
+def test_top_three_trends_match_the_csv(ran: dict) -> None:
+    home = ran["home"]
+    sales = home / "demo" / "data" / "q4-sales.csv"
+    report = (
+        home / "tasks" / "research-team" / "analyst-1" / "artifacts" / "report.md"
+    ).read_text()
+    expected = _top3(sales)
+    trends = report.split("## Top 3 revenue trends")[1].split("##")[0].strip().splitlines()
+    assert [line.split(" revenue")[0] for line in trends] == [p for p, _ in expected]
+    for line, (_, growth) in zip(trends, expected, strict=True):
+        shown = float(re.search(r"([+-]\d+\.\d)%", line).group(1))
+        assert shown == pytest.approx(growth, abs=0.1)  # the tool rounds each month first
+
+
+def test_regional_variation_table_matches_the_csv(ran: dict) -> None:
+    home = ran["home"]
+    by_region: dict[str, float] = defaultdict(float)
+    with (home / "demo" / "data" / "q4-sales.csv").open() as f:
+        for row in csv.DictReader(f):
+            by_region[row["region"]] += float(row["revenue"])
+    total = sum(by_region.values())
+    table = home / "tasks" / "research-team" / "analyst-1" / "artifacts" / "analysis.csv"
+    with table.open() as f:
+        rows = list(csv.DictReader(f))
+    assert {r["region"] for r in rows} == set(by_region)
+    for row in rows:
+        assert float(row["revenue"]) == pytest.approx(by_region[row["region"]], abs=0.01)
+        assert float(row["share_pct"]) == pytest.approx(
+            by_region[row["region"]] / total * 100, abs=0.05
+        )
+
+
+def test_satisfaction_cross_reference_matches_the_csv(ran: dict) -> None:
+    home = ran["home"]
+    revenue: dict[tuple[str, str], float] = defaultdict(float)
+    with (home / "demo" / "data" / "q4-sales.csv").open() as f:
+        for row in csv.DictReader(f):
+            revenue[(row["region"], row["segment"])] += float(row["revenue"])
+    with (home / "demo" / "data" / "satisfaction.csv").open() as f:
+        scores = {(r["region"], r["segment"]): float(r["score"]) for r in csv.DictReader(f)}
+    keys = sorted(scores)
+    r = statistics.correlation([revenue[k] for k in keys], [scores[k] for k in keys])
+    answer = ran["summary"]["task"]["members"]["analyst-2"]["response"]
+    assert answer.endswith(f"{r:.3f}")
+    table = home / "tasks" / "research-team" / "analyst-2" / "artifacts" / "analysis.csv"
+    with table.open() as f:
+        pairs = {(row["region"], row["segment"]): row for row in csv.DictReader(f)}
+    assert set(pairs) == set(keys)
+    for key in keys:
+        assert float(pairs[key]["revenue"]) == pytest.approx(revenue[key], abs=0.01)
+        assert float(pairs[key]["score"]) == pytest.approx(scores[key])
+
+
+def test_the_team_went_through_approval_and_the_handshake(ran: dict) -> None:
+    from models.approval import list_requests
+
+    home = ran["home"]
+    plans = list_requests("research-team")
+    assert [(p.member, p.status, p.decided_by) for p in plans] == [
+        ("analyst-1", "approved", "coordinator")
+    ]
+    config = json.loads((home / "teams" / "research-team" / "config.json").read_text())
+    analysts = [m for m in config["members"] if m["name"].startswith("analyst")]
+    assert all(not m["isActive"] and m["shutdownAt"] for m in analysts)
+    assert all(m["metadata"]["shutdown_reason"] == "tasks_complete" for m in analysts)
+    assert [t.status for t in list_tasks("research-team")] == ["completed"]
+    lead = [r.type for r in inbox.messages("research-team", "coordinator")]
+    assert lead.count("idle_notification") == 2
+    assert "plan_approval_request" in lead
+    assert [m.name for m in teams.list_members("research-team", active=True)] == ["coordinator"]

@@ -1,0 +1,289 @@
+"""`teamflow up`, run as a user runs it: a real process, a real Prefect server, real runs.
+
+Each test gives `teamflow up` a free port and its own PREFECT_HOME and TEAMFLOW_HOME, and
+stops everything it started in a `finally` (the pids `teamflow up` prints, by process group).
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from factories import TEAM, research_team
+from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect_server import (
+    ROOT,
+    base_env,
+    free_port,
+    healthy,
+    kill_pids,
+    pid_alive,
+    start,
+    started_pids,
+    stop,
+    wait_until,
+)
+
+from flows import runner
+from flows.system_alert import DEPLOYMENT
+from models import db, inbox
+
+AUTH = "teamflow:s3cret"
+POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
+
+
+def teamflow(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+def wait_for_up(process: subprocess.Popen, log: Path, timeout: float = 240) -> str:
+    """Waits until `teamflow up` says it is up; returns its output so far."""
+
+    def ready() -> str | None:
+        text = log.read_text() if log.exists() else ""
+        if "teamflow is up" in text:
+            return text
+        assert process.poll() is None, f"teamflow up exited {process.returncode}:\n{text}"
+        return None
+
+    return wait_until(ready, timeout, "teamflow up")
+
+
+def alert(n: int) -> dict[str, str]:
+    return {"team": TEAM, "alert_type": "TIMER", "alert_name": f"tick-{n}", "message": f"#{n}"}
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses with a socket listening on `port` (from /proc/net/tcp)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, _remote, state = line.split()[1:4]
+            address, hex_port = local.split(":")
+            if int(hex_port, 16) == port and state == "0A":
+                found.add(address)
+    return found
+
+
+@pytest.fixture
+def up_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The environment a user would run `teamflow up` in; this test process shares it."""
+    api = f"http://127.0.0.1:{free_port()}/api"
+    env = base_env(tmp_path, api)
+    for name in ("TEAMFLOW_HOME", "PREFECT_HOME"):
+        monkeypatch.setenv(name, env[name])
+    monkeypatch.delenv("TEAMFLOW_DATABASE_URL", raising=False)
+    return env
+
+
+def test_up_runs_teamflow_for_real_and_stops_what_it_started(
+    up_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {**up_env, "PREFECT_SERVER_API_AUTH_STRING": AUTH}
+    monkeypatch.setenv("PREFECT_SERVER_API_AUTH_STRING", AUTH)
+    api = env["PREFECT_API_URL"]
+    port = int(api.rsplit(":", 1)[1].split("/")[0])
+    first = start(["up"], env, tmp_path / "up-1.log")
+    second = None
+    pids: list[int] = []
+    try:
+        output = wait_for_up(first, tmp_path / "up-1.log")
+        pids = started_pids(output)
+        assert len(pids) == 2  # the server and the worker
+        assert f"UI:      http://127.0.0.1:{port}" in output
+
+        # The safer server: loopback only, an auth string, CSRF protection, its own origin.
+        assert listening_addresses(port) == {"0100007F"}
+        assert httpx.get(f"{api}/admin/version").status_code == 401
+        basic = {"Authorization": "Basic " + base64.b64encode(AUTH.encode()).decode()}
+        no_csrf = httpx.post(f"{api}/flow_runs/filter", json={}, headers=basic)
+        assert no_csrf.status_code == 403
+        preflight = {"Access-Control-Request-Method": "POST"}
+        foreign = httpx.options(
+            f"{api}/flow_runs/filter", headers={**preflight, "Origin": "https://evil.example"}
+        )
+        assert "access-control-allow-origin" not in foreign.headers
+        own = httpx.options(
+            f"{api}/flow_runs/filter", headers={**preflight, "Origin": api.removesuffix("/api")}
+        )
+        assert own.headers.get("access-control-allow-origin") == api.removesuffix("/api")
+
+        # Runs that the CLI starts are running within 2 s and deliver their alerts.
+        db.upgrade()
+        research_team()
+        latencies = []
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            for n in range(5):
+                requested = datetime.now(UTC)
+                started = runner.start(DEPLOYMENT, alert(n))
+                with runner.connected(), get_client(sync_client=True) as client:
+                    run = wait_until(
+                        lambda s=started: (r := client.read_flow_run(s.id)).state.is_final() and r,
+                        60,
+                        "the alert run",
+                    )
+                assert run.state.is_completed(), run.state
+                latencies.append((run.start_time - requested).total_seconds())
+        # Typically 0.5-1 s here. The bound on every run is looser: a loaded 2-core
+        # machine stalls the server's SQLite now and then, and Prefect's defaults take 10 s+.
+        assert statistics.median(latencies) < 2, latencies
+        assert max(latencies) < 4, latencies
+        ticks = {m.payload["alert_name"] for m in inbox.messages(TEAM, "analyst-2")
+                 if m.type == "system_alert"}  # fmt: skip
+        assert ticks == {f"tick-{n}" for n in range(5)}
+
+        # A second `teamflow up` reuses the server and adds a worker of its own.
+        second = start(["up"], env, tmp_path / "up-2.log")
+        output_2 = wait_for_up(second, tmp_path / "up-2.log")
+        assert f"reusing the Prefect server at {api}" in output_2
+        [second_worker] = started_pids(output_2)
+        stop(second)
+        assert second.returncode == 0
+        assert not pid_alive(second_worker)
+        assert healthy(api)
+
+        stop(first)
+        assert first.returncode == 0
+        assert "stopping what teamflow up started" in (tmp_path / "up-1.log").read_text()
+        assert not any(pid_alive(pid) for pid in pids)
+        assert not healthy(api)
+    finally:
+        for process in (first, second):
+            if process is not None:
+                stop(process)
+        kill_pids(pids)
+
+
+class _NotPrefect(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(404)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def other_server(up_env: dict[str, str]) -> Iterator[int]:
+    """Something that is not a Prefect server, listening on the port of PREFECT_API_URL."""
+    port = int(up_env["PREFECT_API_URL"].rsplit(":", 1)[1].split("/")[0])
+    server = http.server.HTTPServer(("127.0.0.1", port), _NotPrefect)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_up_refuses_a_port_taken_by_something_else(
+    up_env: dict[str, str], other_server: int
+) -> None:
+    result = teamflow(["up"], up_env)
+
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line == (
+        f"teamflow: error: 127.0.0.1:{other_server} is taken by something that is not a "
+        "Prefect server (GET /api/health answered 404); stop it or set PREFECT_API_URL to "
+        "another port"
+    )
+    assert "teamflow is up" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("variable", "says"),
+    [
+        ("TEAMFLOW_DATABASE_URL", "teamflow's database: cannot reach the database at"),
+        ("PREFECT_API_DATABASE_CONNECTION_URL", "cannot reach the Prefect server's database at"),
+    ],
+)
+def test_up_refuses_a_database_it_cannot_reach(
+    up_env: dict[str, str], variable: str, says: str
+) -> None:
+    driver = "psycopg" if variable.startswith("TEAMFLOW") else "asyncpg"
+    env = {**up_env, variable: f"postgresql+{driver}://teamflow@127.0.0.1:{free_port()}/gone"}
+
+    started = time.monotonic()
+    result = teamflow(["up"], env)
+
+    assert result.returncode == 1
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"teamflow: error: {says} postgresql+{driver}://teamflow@127.0.0.1:")
+    assert "refused" in line.lower()
+    assert time.monotonic() - started < 60
+    assert not healthy(env["PREFECT_API_URL"])
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not POSTGRES_URL, reason="TEAMFLOW_TEST_POSTGRES_URL is not set")
+def test_up_on_postgresql_runs_the_alert_deployment_to_completion(
+    up_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both databases on PostgreSQL, no code change: only the two URLs differ."""
+    admin_url = sa.make_url(POSTGRES_URL)
+    name = f"tf_prefect_{uuid.uuid4().hex[:10]}"
+    schema = f"tf_up_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    prefect_url = admin_url.set(drivername="postgresql+asyncpg", database=name)
+    teamflow_url = admin_url.update_query_dict({"options": f"-csearch_path={schema}"})
+    teamflow_url = teamflow_url.render_as_string(hide_password=False)
+    env = {
+        **up_env,
+        "TEAMFLOW_DATABASE_URL": teamflow_url,
+        "PREFECT_API_DATABASE_CONNECTION_URL": prefect_url.render_as_string(hide_password=False),
+    }
+    monkeypatch.setenv("TEAMFLOW_DATABASE_URL", teamflow_url)
+    process = start(["up"], env, tmp_path / "up.log")
+    pids: list[int] = []
+    try:
+        output = wait_for_up(process, tmp_path / "up.log")
+        pids = started_pids(output)
+        assert f"database {db.redact(env['PREFECT_API_DATABASE_CONNECTION_URL'])}" in output
+        research_team()
+        with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
+            started = runner.start(DEPLOYMENT, alert(1))
+            with get_client(sync_client=True) as client:
+                run = wait_until(
+                    lambda: (r := client.read_flow_run(started.id)).state.is_final() and r,
+                    60,
+                    "the alert run",
+                )
+        assert run.state.is_completed(), run.state
+        [message] = [m for m in inbox.messages(TEAM, "coordinator") if m.type == "system_alert"]
+        assert message.payload["alert_name"] == "tick-1"
+        stop(process)
+        assert not any(pid_alive(pid) for pid in pids)
+    finally:
+        stop(process)
+        kill_pids(pids)
+        db.dispose_engines()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
