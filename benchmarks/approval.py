@@ -95,7 +95,18 @@ def main() -> None:
     parser.add_argument("--approvals", type=int, default=20)
     parser.add_argument("--waiting", type=int, default=50)
     parser.add_argument("--window", type=float, default=60.0, help="seconds to count requests")
+    parser.add_argument(
+        "--outage",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="instead: stop the Prefect server under a waiting run for SECONDS, restart it, "
+        "and time the decision that follows",
+    )
     args = parser.parse_args()
+    if args.outage is not None:
+        survive_outage(args.outage)
+        return
 
     home = Path(tempfile.mkdtemp(prefix="teamflow-bench-"))
     os.environ["TEAMFLOW_HOME"] = str(home)
@@ -249,6 +260,115 @@ def main() -> None:
             rate, counted = request_rate(make, prefix, args.waiting, args.window)
             detail = ", ".join(f"{n} x {k}" for k, n in sorted(counted.items())) or "none"
             print(f"  {label:<48} {rate:6.2f} req/s   ({detail})")
+
+
+def survive_outage(seconds: float) -> None:
+    """A paused plan-approval run, the Prefect server stopped for `seconds` and restarted.
+
+    Twice: once decided through `resume_flow_run` after the restart, once decided in
+    teamflow's database while the server is down (as `teamflow plan approve` does when it
+    cannot reach Prefect). Prints how long the run took to finish after the server was back.
+    """
+    import signal
+    import socket
+    import subprocess
+
+    home = Path(tempfile.mkdtemp(prefix="teamflow-outage-"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    api = f"http://127.0.0.1:{port}/api"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(
+        PREFECT_HOME=str(home / "prefect"),
+        PREFECT_API_URL=api,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_LOGGING_LEVEL="CRITICAL",
+        PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{home / 'prefect.db'}",
+    )
+    os.environ.update(env)
+    os.environ["TEAMFLOW_HOME"] = str(home)
+    os.environ["TEAMFLOW_DATABASE_URL"] = f"sqlite:///{home / 'teamflow.db'}"
+
+    def start_server() -> subprocess.Popen:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+             "--port", str(port), "--analytics-off"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        for _ in range(1200):
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{api}/health", timeout=1).text.strip() == "true":
+                    return server
+            time.sleep(0.1)
+        raise SystemExit("the Prefect server did not start")
+
+    def stop_server(server: subprocess.Popen) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        server.wait(60)
+
+    server = start_server()
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.flow_runs import resume_flow_run
+
+        from flows.plan_approval import plan_approval
+        from models import approval, db
+        from models import team as teams
+
+        db.upgrade()
+        teams.create_team("outage-team", description="benchmark", lead="coordinator")
+        teams.add_member("outage-team", "analyst-1", model="haiku", prompt="p")
+        print(f"a paused plan-approval run while the Prefect server is down for {seconds:g} s:")
+        for how in ("resume_flow_run after the restart", "decided in the database meanwhile"):
+            request_id = approval.new_plan_id()
+            done: dict[str, Any] = {}
+
+            def run(request_id: str = request_id, done: dict[str, Any] = done) -> None:
+                try:
+                    done["result"] = asyncio.run(
+                        plan_approval(
+                            team="outage-team", member="analyst-1", plan="## Plan",
+                            summary="outage", request_id=request_id, timeout_s=3600,
+                        )
+                    )  # fmt: skip
+                except BaseException as exc:
+                    done["error"] = exc
+
+            thread = threading.Thread(target=run, daemon=True)
+            thread.start()
+            with get_client(sync_client=True) as client:
+                while True:
+                    rows = approval.list_requests("outage-team")
+                    row = next((r for r in rows if r.request_id == request_id), None)
+                    if (
+                        row
+                        and row.flow_run_id
+                        and client.read_flow_run(row.flow_run_id).state.is_paused()
+                    ):
+                        break
+                    time.sleep(0.2)
+            stop_server(server)
+            if how.startswith("decided"):
+                approval.decide(request_id, approve=True, decider="coordinator")
+            time.sleep(seconds)
+            alive = thread.is_alive()
+            server = start_server()
+            back = time.perf_counter()
+            if how.startswith("resume"):
+                resume_flow_run(
+                    row.flow_run_id, run_input={"approve": True, "approver": "coordinator"}
+                )
+            thread.join(120)
+            outcome = done.get("result", {}).get("status") or repr(done.get("error"))
+            print(
+                f"  {how:<40} waited through the outage: {alive};  "
+                f"{outcome} {time.perf_counter() - back:.2f} s after the server was back"
+            )
+    finally:
+        stop_server(server)
 
 
 if __name__ == "__main__":

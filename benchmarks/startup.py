@@ -5,7 +5,7 @@ Starts one Prefect server (SQLite, a free port, temporary homes), registers the
 the request that creates it to `Running` (the run's `start_time`, set by the server):
 
 - teamflow: `teamflow worker` on the `teamflow` pool, as `teamflow up` starts it (event
-  push, 1 s fallback poll, teamflow's flows run inside the worker process);
+  push, 2 s fallback poll, teamflow's flows run inside the worker process);
 - Prefect defaults: `prefect worker start` on a second process pool (10 s poll, a new
   Python process per run).
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -86,6 +87,7 @@ def main() -> None:
     finally:
         for process in reversed(processes):
             _stop(process)
+        shutil.rmtree(tmp, ignore_errors=True)
 
     print()
     print(f"request-to-running latency over {runs} runs each (same server, same machine)")

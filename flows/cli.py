@@ -910,7 +910,7 @@ def worker(
     # Read by Prefect when it is imported: heartbeats for crash detection, a short poll.
     for setting, value in (
         ("PREFECT_FLOWS_HEARTBEAT_FREQUENCY", "30"),
-        ("PREFECT_WORKER_QUERY_SECONDS", "1"),
+        ("PREFECT_WORKER_QUERY_SECONDS", "2"),
     ):
         if not runner.user_setting(setting):
             os.environ[setting] = value

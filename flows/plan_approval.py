@@ -12,7 +12,10 @@ The wait does not poll Prefect every 10 s as `pause_flow_run` does: the run list
 Prefect's event stream for its own `prefect.flow-run.Running` event, so a resume reaches it
 in well under a second, and polls only as a slow fallback (`TEAMFLOW_PAUSE_POLL_SECONDS`,
 default 60). It also looks at teamflow's database every couple of seconds, which costs the
-Prefect server nothing and catches a decision whose resume did not get through.
+Prefect server nothing and catches a decision whose resume did not get through. A waiting
+run outlives a restart of the Prefect server: while the stream is down it polls, listens
+again as soon as it can, and takes a decision recorded meanwhile (`benchmarks/approval.py
+--outage 90` shows it).
 """
 
 from __future__ import annotations
@@ -139,49 +142,84 @@ async def wait_for_input(
             paused_at = state.timestamp
             logger.info("Waiting for a decision (resume the run with its form, or use the CLI)")
             last_poll = anyio.current_time()
+            must_poll = subscriber is None
             while True:
                 if check is not None and await check():
-                    await _resume_self(client, run_id)
+                    await _retrying(lambda: _resume_self(client, run_id), logger)
                     return None
                 if until is not None and utcnow() >= until:
-                    await _resume_self(client, run_id)
+                    await _retrying(lambda: _resume_self(client, run_id), logger)
                     return None
                 step = check_s
                 if until is not None:
                     step = min(step, max((until - utcnow()).total_seconds(), 0.0))
-                if subscriber is not None:
+                if subscriber is None:
+                    # The stream is down: listen again first, then poll once, so nothing that
+                    # happened meanwhile is missed.
+                    await anyio.sleep(step)
+                    subscriber = await _subscribe(run_id, logger, warn=False)
+                    must_poll = True
+                else:
                     try:
                         with anyio.move_on_after(step):
                             event = await subscriber.__anext__()
                             kind = event.resource.get("prefect.state-type")
                             if event.occurred >= paused_at and kind == "RUNNING":
-                                return await _read_input(client, form, keyset, run_id)
+                                return await _retrying(
+                                    lambda: _read_input(client, form, keyset, run_id), logger
+                                )
                             if event.occurred >= paused_at and kind in ENDING:
                                 await _abort(client, run_id, kind)
                             continue
                     except Abort:
                         raise
-                    except Exception as exc:  # the stream broke: poll until it is back
+                    except Exception as exc:
                         logger.warning("Event stream lost (%s); polling until it is back", exc)
                         await _close(subscriber)
                         subscriber = None
-                else:
-                    await anyio.sleep(step)
-                if subscriber is None or anyio.current_time() - last_poll >= poll_s:
+                        must_poll = True
+                if must_poll or anyio.current_time() - last_poll >= poll_s:
                     last_poll = anyio.current_time()
                     try:
                         run = await client.read_flow_run(run_id)
-                    except (httpx.HTTPError, PrefectHTTPStatusError) as exc:
-                        logger.warning("Prefect API unreachable (%s); still waiting", exc)
-                        continue
+                    except Exception as exc:
+                        if not _unreachable(exc):
+                            raise
+                        continue  # still away: the next round tries again
+                    must_poll = subscriber is None
                     if run.state is not None and run.state.is_running():
-                        return await _read_input(client, form, keyset, run_id)
+                        return await _retrying(
+                            lambda: _read_input(client, form, keyset, run_id), logger
+                        )
                     if run.state is not None and run.state.type.value in ENDING:
                         await _abort(client, run_id, run.state.type.value)
-                    if subscriber is None:
-                        subscriber = await _subscribe(run_id, logger)
         finally:
             await _close(subscriber)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """Whether `exc` means the Prefect API is away for now (down, restarting, overloaded)."""
+    if isinstance(exc, PrefectHTTPStatusError):
+        return exc.response.status_code >= 500
+    return isinstance(exc, httpx.TransportError)
+
+
+async def _retrying(call: Callable[[], Awaitable[Any]], logger: Any, every: float = 2.0) -> Any:
+    """`call()`, tried again every `every` seconds while the Prefect API is away.
+
+    A paused run outlives a restart of the server: it keeps waiting instead of crashing.
+    """
+    warned = False
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            if not _unreachable(exc):
+                raise
+            if not warned:
+                logger.warning("Prefect API unreachable (%s); trying again", exc)
+                warned = True
+            await anyio.sleep(every)
 
 
 async def _read_input(
@@ -216,12 +254,18 @@ async def _read_input(
         delay = min(delay * 2, 0.25)
 
 
-async def _subscribe(run_id: Any, logger: Any) -> Any:
-    subscriber = get_events_subscriber(filter=running_event_filter(run_id))
+async def _subscribe(run_id: Any, logger: Any, *, warn: bool = True) -> Any:
+    """A subscriber to the run's state events; None (polling meanwhile) if there is none.
+
+    It does not reconnect by itself: a broken stream surfaces at once, and the wait
+    subscribes again and polls once, so no resume slips through the gap.
+    """
+    subscriber = get_events_subscriber(filter=running_event_filter(run_id), reconnection_attempts=0)
     try:
         return await subscriber.__aenter__()
     except Exception as exc:
-        logger.warning("No event stream (%s): falling back to polling", exc)
+        if warn:
+            logger.warning("No event stream (%s): polling until there is one", exc)
         return None
 
 

@@ -100,6 +100,9 @@ def connected(api: str | None = None) -> Iterator[str]:
     """
     from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
+    # Prefect's SDK sends usage telemetry unless DO_NOT_TRACK is set (or the server's
+    # analytics are off); teamflow sends none.
+    os.environ.setdefault("DO_NOT_TRACK", "1")
     api = (api or api_url()).rstrip("/")
     updates: dict[Any, Any] = {PREFECT_API_URL: api}
     auth = os.environ.get("PREFECT_API_AUTH_STRING") or os.environ.get(

@@ -104,9 +104,13 @@ async def close_pane(request_id: str) -> str | None:
     pane, socket = await anyio.to_thread.run_sync(find)
     if pane is None:
         return None
-    result = await anyio.run_process(
-        [*tmux_command(socket), "kill-pane", "-t", pane], check=False, stderr=subprocess.PIPE
-    )
+    try:
+        result = await anyio.run_process(
+            [*tmux_command(socket), "kill-pane", "-t", pane], check=False, stderr=subprocess.PIPE
+        )
+    except OSError as exc:  # no tmux here: the member still goes inactive
+        logger.warning("Could not close tmux pane %s: %s", pane, exc)
+        return None
     error = result.stderr.decode(errors="replace").strip()
     if result.returncode != 0 and "can't find pane" not in error:
         logger.warning("Could not close tmux pane %s: %s", pane, error or result.returncode)

@@ -65,13 +65,8 @@ def _deliver(
 
 def _database_hiccup(_task: Any, _task_run: Any, state: Any) -> bool:
     """Retry a delivery only when the database failed, never when the store refused it."""
-    try:
-        state.result()
-    except sa.exc.OperationalError:
-        return True
-    except Exception:
-        return False
-    return False
+    # Prefect hands the condition a Failed state whose data is the exception raised.
+    return isinstance(state.data, sa.exc.OperationalError)
 
 
 @task(

@@ -84,6 +84,8 @@ class Work:
     plan_approved: bool = False
     feedback_id: str | None = None
     pending: set[asyncio.Task] = field(default_factory=set)
+    started_at: Any = None
+    ended_at: Any = None
 
 
 # --- tasks: every read and write ------------------------------------------------------------
@@ -105,64 +107,58 @@ def _task_info(task_id: str) -> dict[str, Any]:
     }
 
 
-@task(name="load-task", cache_policy=NO_CACHE)
-async def load_task(task_id: str) -> dict[str, Any]:
-    return await anyio.to_thread.run_sync(_task_info, task_id)
-
-
-@task(name="claim-task", cache_policy=NO_CACHE)
-async def claim_task(task_id: str) -> bool:
-    """pending -> in_progress; False if another run has it already."""
-    return await anyio.to_thread.run_sync(
-        lambda: move_task(
-            uuid.UUID(task_id), to=TaskState.IN_PROGRESS, only_from={TaskState.PENDING}
-        )
-    )
-
-
-@task(name="finish-task", cache_policy=NO_CACHE)
-async def finish_task(task_id: str, ok: bool) -> None:
-    state = TaskState.COMPLETED if ok else TaskState.ARCHIVED
-    await anyio.to_thread.run_sync(lambda: move_task(uuid.UUID(task_id), to=state))
-
-
 def _lead(team: str) -> str:
     with session_scope() as s:
         return teams.get_team(s, team).lead
 
 
-@task(name="notify-assignees", cache_policy=NO_CACHE)
-async def notify_assignees(info: dict[str, Any]) -> list[str]:
+@task(name="start-task", cache_policy=NO_CACHE)
+async def start_task(task_id: str) -> tuple[dict[str, Any], bool]:
+    """Loads the task and claims it (pending -> in_progress, so of several runs exactly one
+    works it); the claimant sends each assignee a `001` task_assignment notification.
+
+    Returns the task and whether this run claimed it.
+    """
+
+    def start() -> tuple[dict[str, Any], bool]:
+        info = _task_info(task_id)
+        claimed = move_task(
+            uuid.UUID(task_id), to=TaskState.IN_PROGRESS, only_from={TaskState.PENDING}
+        )
+        if claimed:
+            notify(info)
+        return info, claimed
+
+    return await anyio.to_thread.run_sync(start)
+
+
+def notify(info: dict[str, Any]) -> list[str]:
     """Sends each assignee a `001` task_assignment notification."""
-
-    def send_all() -> list[str]:
-        lead = _lead(info["team"])
-        payload: dict[str, Any] = {
-            "task_id": info["id"],
-            "task_description": info["description"] or info["title"],
-            "priority": info["priority"] or "normal",
-            "context": {"title": info["title"], "params": info["params"]},
-        }
-        if info["deadline"]:
-            payload["deadline"] = info["deadline"]
-        return [
-            inbox.send(
-                info["team"],
-                to=name,
-                sender=lead,
-                text=payload["task_description"],
-                summary=f"Task: {info['title']}",
-                type="task_assignment",
-                payload=payload,
-            ).message_id
-            for name in info["assignees"]
-        ]
-
-    return await anyio.to_thread.run_sync(send_all)
+    lead = _lead(info["team"])
+    payload: dict[str, Any] = {
+        "task_id": info["id"],
+        "task_description": info["description"] or info["title"],
+        "priority": info["priority"] or "normal",
+        "context": {"title": info["title"], "params": info["params"]},
+    }
+    if info["deadline"]:
+        payload["deadline"] = info["deadline"]
+    return [
+        inbox.send(
+            info["team"],
+            to=name,
+            sender=lead,
+            text=payload["task_description"],
+            summary=f"Task: {info['title']}",
+            type="task_assignment",
+            payload=payload,
+        ).message_id
+        for name in info["assignees"]
+    ]
 
 
-@task(name="member-status", cache_policy=NO_CACHE)
 async def member_status(team: str, member: str, status: str, **kwargs: Any) -> None:
+    """Updates the member's `004` task status (and its task-status.json)."""
     await anyio.to_thread.run_sync(
         lambda: set_member_status(team, member, status=ExecutionStatus(status), **kwargs)
     )
@@ -208,9 +204,12 @@ async def run_tool(
         if run.feedback is not None:
             record_feedback(run.feedback)
             feedback_id = run.feedback.execution_id
-            log = f"$ {' '.join(run.argv)}\n{run.feedback.stdout}{run.feedback.stderr}"
+            log = (
+                f"[{tool_id}] $ {' '.join(run.argv)} (exit {run.feedback.exit_code})\n"
+                f"{run.feedback.stdout}{run.feedback.stderr}"
+            )
         else:
-            log = f"{tool_id}: {run.result.error_message}"
+            log = f"[{tool_id}] not run: {run.result.error_message}"
         return {"result": run.result.to_wire(), "feedback_id": feedback_id, "log": log}
 
     outcome = await anyio.to_thread.run_sync(go)
@@ -522,44 +521,39 @@ async def _internal(
 # --- the flow -------------------------------------------------------------------------------
 
 
-@task(name="record-execution", cache_policy=NO_CACHE)
-async def record_execution(
-    info: dict[str, Any], work: Work, started_at: Any, ended_at: Any
-) -> None:
+def record_execution(info: dict[str, Any], work: Work) -> None:
     """A `task_metrics` row and a `000` experience log for one member's execution."""
     from models.agent import ExperienceLog, ExperienceLogRow
 
-    def write() -> None:
-        duration = (ended_at - started_at).total_seconds()
-        record_metrics(
-            TaskMetricsRow(
-                team=info["team"],
-                member=work.member,
-                task_id=info["id"],
-                started_at=started_at,
-                ended_at=ended_at,
-                duration_s=duration,
-                tokens=work.tokens,
-                steps=work.steps,
-                tool_calls=work.tool_calls,
-                approval_wait_s=work.approval_wait_s,
-            )
-        )
-        log = ExperienceLog(
-            log_id=str(uuid.uuid4()),
-            agent_id=f"{work.member}@{info['team']}",
+    started_at, ended_at = work.started_at, work.ended_at
+    duration = (ended_at - started_at).total_seconds()
+    record_metrics(
+        TaskMetricsRow(
+            team=info["team"],
+            member=work.member,
             task_id=info["id"],
-            start_time=started_at,
-            end_time=ended_at,
-            status="success" if work.ok else "failure",
-            feedback_id=work.feedback_id or "none",
-            created_at=ended_at,
-            updated_at=ended_at,
+            started_at=started_at,
+            ended_at=ended_at,
+            duration_s=duration,
+            tokens=work.tokens,
+            steps=work.steps,
+            tool_calls=work.tool_calls,
+            approval_wait_s=work.approval_wait_s,
         )
-        with session_scope() as s:
-            s.add(ExperienceLogRow.from_wire(log))
-
-    await anyio.to_thread.run_sync(write)
+    )
+    log = ExperienceLog(
+        log_id=str(uuid.uuid4()),
+        agent_id=f"{work.member}@{info['team']}",
+        task_id=info["id"],
+        start_time=started_at,
+        end_time=ended_at,
+        status="success" if work.ok else "failure",
+        feedback_id=work.feedback_id or "none",
+        created_at=ended_at,
+        updated_at=ended_at,
+    )
+    with session_scope() as s:
+        s.add(ExperienceLogRow.from_wire(log))
 
 
 @task(name="report", cache_policy=NO_CACHE)
@@ -621,13 +615,12 @@ async def team_task(
         The task's id, status and, per member, whether it succeeded, its steps and answer.
     """
     logger = get_run_logger()
-    info = await load_task(task_id)
+    info, claimed = await start_task(task_id)
     team = info["team"]
-    if not await claim_task(task_id):
+    if not claimed:
         logger.warning("Task %s is %s already; nothing to do", task_id, info["status"])
         return {"task_id": task_id, "status": info["status"], "members": {}}
     await _tag(f"team:{team}", *(f"member:{m}" for m in info["assignees"]))
-    await notify_assignees(info)
     with session_scope() as s:
         limit = int(teams.get_team(s, team).settings.get("concurrency", DEFAULT_CONCURRENCY))
     gate = asyncio.Semaphore(max(1, limit))
@@ -636,14 +629,13 @@ async def team_task(
         async with gate:
             started = utcnow()
             work = await work_on(info, name, max_steps)
-            await record_execution(info, work, started, utcnow())
+            work.started_at, work.ended_at = started, utcnow()
             return work
 
     works = list(await asyncio.gather(*(bounded(m) for m in info["assignees"])))
     ok = all(w.ok for w in works)
-    await finish_task(task_id, ok)
+    await wrap_up(info, works, ok)
     await report(info, works, ok)
-    await _tell_lead(info, works, ok)
     return {
         "task_id": task_id,
         "status": "completed" if ok else "archived",
@@ -654,12 +646,18 @@ async def team_task(
     }
 
 
-@task(name="tell-lead", cache_policy=NO_CACHE)
-async def _tell_lead(info: dict[str, Any], works: list[Work], ok: bool) -> None:
-    """An `idle_notification` per member to the lead; failures also as a message."""
+@task(name="wrap-up", cache_policy=NO_CACHE)
+async def wrap_up(info: dict[str, Any], works: list[Work], ok: bool) -> None:
+    """Records each member's metrics and experience log, closes the task (completed, or
+    archived when a member failed), and tells the lead: an `idle_notification` per member,
+    and a message for each failure."""
     from models.inbox import IdleNotification
 
     def send() -> None:
+        for work in works:
+            record_execution(info, work)
+        state = TaskState.COMPLETED if ok else TaskState.ARCHIVED
+        move_task(uuid.UUID(info["id"]), to=state)
         team = info["team"]
         lead = _lead(team)
         for work in works:

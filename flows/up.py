@@ -40,7 +40,15 @@ HEARTBEAT_SECONDS = 30
 """How often teamflow's runs send a heartbeat: the shortest interval Prefect accepts."""
 DEFAULT_CRASH_AFTER_SECONDS = 90
 """A run whose heartbeats stop for this long is marked Crashed (three missed heartbeats)."""
-WORKER_POLL_SECONDS = 1
+EXPECTED_AFTER_A_HEARTBEAT = {
+    f"prefect.flow-run.{name}"
+    for name in (
+        "heartbeat", "Running", "Retrying", "AwaitingRetry", "Paused", "Suspended",
+        "Cancelling", "Completed", "Failed", "Cancelled", "Crashed",
+    )
+}  # fmt: skip
+"""What shows a run is alive (or ended, or let its process go) after a heartbeat."""
+WORKER_POLL_SECONDS = 2
 """The worker's fallback poll; new runs normally reach it at once through the event stream."""
 SERVER_START_TIMEOUT = 120.0
 WORKER_START_TIMEOUT = 60.0
@@ -113,7 +121,9 @@ def child_env(api: str) -> dict[str, str]:
     """The environment of every process `teamflow up` starts."""
     env = dict(os.environ)
     env["PREFECT_API_URL"] = api
+    # Telemetry off: the server's (PREFECT_SERVER_ANALYTICS_ENABLED), the SDK's (DO_NOT_TRACK).
     env["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    env["DO_NOT_TRACK"] = "1"
     server_auth = env.get("PREFECT_SERVER_API_AUTH_STRING")
     if server_auth and not env.get("PREFECT_API_AUTH_STRING"):
         # The CLI and the worker authenticate to the server this machine runs.
@@ -211,8 +221,12 @@ def check_credentials(api: str) -> None:
 # --- steps ---------------------------------------------------------------------------------
 
 
-def start_server(api: str, bind_host: str, home: Path, echo: Callable[[str], None]) -> Child:
-    """Starts `prefect server start` in the background and waits until it is healthy."""
+def start_server(api: str, bind_host: str, home: Path, echo: Callable[[str], None]) -> Child | None:
+    """Starts `prefect server start` in the background and waits until it is healthy.
+
+    None when another Prefect server took the port meanwhile (two `teamflow up` at once):
+    that one is used.
+    """
     port = urlsplit(api).port or 4200
     database_url = prefect_database_url(home)
     check_database(database_url, "the Prefect server's database")
@@ -360,7 +374,10 @@ def ensure_crash_automation(pool: str = POOL, within_seconds: float | None = Non
             # Running arms it too: a process that dies before its first heartbeat is
             # caught as well.
             after={"prefect.flow-run.heartbeat", "prefect.flow-run.Running"},
-            expect={"prefect.flow-run.*"},
+            # Named, not `prefect.flow-run.*`: on SQLite every event the trigger is
+            # interested in is a write, and Scheduled/Pending/Submitting/pull-step events
+            # need none. teamflow's flows use Prefect's state names only.
+            expect=EXPECTED_AFTER_A_HEARTBEAT,
             match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
             match_related=ResourceSpecification(
                 {
@@ -390,26 +407,29 @@ def ensure_crash_automation(pool: str = POOL, within_seconds: float | None = Non
 
 
 def start_worker(api: str, home: Path, pool: str = POOL) -> Child:
-    """Starts `teamflow worker` on `pool` and waits until the pool is ready (worker online)."""
+    """Starts `teamflow worker` on `pool` and waits until the server sees it online."""
+    import uuid
+
+    name = f"teamflow {socket.gethostname()} {uuid.uuid4().hex[:8]}"
     log = _log_path(home, "worker.log")
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "worker", "--pool", pool],
+            [sys.executable, "-m", "flows.cli", "worker", "--pool", pool, "--name", name],
             env=child_env(api), stdin=subprocess.DEVNULL, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_ROOT,
         )  # fmt: skip
-    child = Child("worker", process, log, detail=f"pool {pool}")
+    child = Child("worker", process, log, detail=f"{name!r} on pool {pool}")
     try:
-        _wait_for_worker(child, pool)
+        _wait_for_worker(child, pool, name)
     except BaseException:
         child.stop(grace=10)
         raise
     return child
 
 
-def _wait_for_worker(child: Child, pool: str) -> None:
+def _wait_for_worker(child: Child, pool: str, name: str) -> None:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.objects import WorkPoolStatus
+    from prefect.client.schemas.objects import WorkerStatus
 
     started = time.monotonic()
     with get_client(sync_client=True) as client:
@@ -419,7 +439,8 @@ def _wait_for_worker(child: Child, pool: str) -> None:
                     f"the worker stopped while starting (exit {child.process.returncode}): "
                     f"{_last_error(child.log)}; see {child.log}"
                 )
-            if client.read_work_pool(pool).status == WorkPoolStatus.READY:
+            workers = client.read_workers_for_work_pool(pool, limit=200, offset=0)
+            if any(w.name == name and w.status == WorkerStatus.ONLINE for w in workers):
                 return
             if time.monotonic() - started > WORKER_START_TIMEOUT:
                 raise UpError(f"the worker did not come online; see {child.log}")

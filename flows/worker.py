@@ -65,9 +65,10 @@ def warm_up() -> list[str]:
 
     Returns the entrypoints that will run in this process.
     """
-    import prefect.flow_engine
-    import prefect.task_engine  # noqa: F401
     import yaml
+
+    for module in ("prefect.flow_engine", "prefect.task_engine"):
+        importlib.import_module(module)
 
     try:
         config = yaml.safe_load((PROJECT_ROOT / "prefect.yaml").read_text()) or {}
@@ -163,7 +164,12 @@ class TeamflowWorker(ProcessWorker):
             while True:
                 await wake.wait()
                 wake = anyio.Event()
-                await self.get_and_submit_flow_runs()
+                if not self.is_setup:
+                    continue
+                try:
+                    await self.get_and_submit_flow_runs()
+                except Exception as exc:  # the regular poll retries; it also logs
+                    self._logger.debug("poll on event failed: %s", exc)
 
         async with anyio.create_task_group() as group:
             group.start_soon(poll_when_woken)

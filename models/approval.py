@@ -640,7 +640,7 @@ def respond(request_id: str, *, session: Session | None = None) -> str | None:
                 feedback=feedback,
                 timestamp=request.decided_at,
             ),
-            summary=f"plan {request.status}" + (f" by {request.decided_by}"),
+            summary=f"plan {request.status} by {request.decided_by}",
             metadata={
                 "request_id": request_id,
                 "status": request.status,

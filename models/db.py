@@ -8,6 +8,7 @@ mode with a busy timeout so several processes can write; PostgreSQL needs only a
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,13 +35,18 @@ class Settings:
 
     @classmethod
     def from_env(cls) -> Settings:
-        home = Path(os.environ.get("TEAMFLOW_HOME") or Path.home() / ".teamflow").expanduser()
-        url = os.environ.get("TEAMFLOW_DATABASE_URL") or f"sqlite:///{home / 'teamflow.db'}"
-        return cls(home=home.resolve(), database_url=url)
+        return _settings(os.environ.get("TEAMFLOW_HOME"), os.environ.get("TEAMFLOW_DATABASE_URL"))
+
+
+@functools.lru_cache(maxsize=16)
+def _settings(home_env: str | None, url_env: str | None) -> Settings:
+    home = Path(home_env or Path.home() / ".teamflow").expanduser().resolve()
+    return Settings(home=home, database_url=url_env or f"sqlite:///{home / 'teamflow.db'}")
 
 
 def settings() -> Settings:
-    """The settings in force now (read from the environment on every call)."""
+    """The settings in force now (the environment is read on every call; the paths it names
+    are resolved once per value)."""
     return Settings.from_env()
 
 

@@ -776,6 +776,8 @@ def refresh_file(team: str, member: str) -> tuple[int, int]:
                 )
                 return [_row(row._mapping).entry_dict() for row in rows]
 
+            if state is not None and (seq, version) == (state.seq, state.version):
+                return taken  # another writer already wrote this version
             only_appends = (
                 state is not None
                 and seq >= state.seq

@@ -84,6 +84,7 @@ class Server:
     env: dict[str, str]
     process: subprocess.Popen
     log: Path
+    deployed: subprocess.CompletedProcess | None = None
 
 
 @contextlib.contextmanager

@@ -36,6 +36,9 @@ from models.inbox import InboxError
 
 pytestmark = pytest.mark.usefixtures("db_url", "home")
 
+# CLI wording and imports are the same on both databases: those tests run on SQLite only.
+sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
 PLAN = "## Analysis Plan\n\n1. Load Q4 sales data\n2. Calculate revenue trends"
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -295,6 +298,7 @@ def test_a_decision_before_the_deadline_leaves_nothing_for_the_timeout() -> None
 # --- the CLI, in real processes ------------------------------------------------------------
 
 
+@sqlite_only
 def test_cli_lists_approves_and_refuses_a_second_decision_in_one_line() -> None:
     research_team()
     row = approval.request_plan(TEAM, "analyst-1", PLAN, "Q4 plan")
@@ -320,6 +324,7 @@ def test_cli_lists_approves_and_refuses_a_second_decision_in_one_line() -> None:
     assert responses()[-1]["feedback"] == "Go"
 
 
+@sqlite_only
 def test_deny_needs_feedback() -> None:
     research_team()
     row = approval.request_plan(TEAM, "analyst-1", PLAN, "Q4 plan")
@@ -460,6 +465,7 @@ def test_a_busy_member_is_done_once_it_says_so_after_refusing() -> None:
     assert len(requests) == 2
 
 
+@sqlite_only
 def test_cli_shutdown_checks_the_member_before_starting_anything() -> None:
     research_team()
     result = teamflow("member", "shutdown", TEAM, "coordinator")
@@ -480,6 +486,7 @@ print(sorted(m for m in sys.modules if m == "prefect" or m.startswith("prefect."
 """
 
 
+@sqlite_only
 def test_plan_commands_that_only_touch_data_do_not_import_prefect() -> None:
     research_team()
     row = approval.request_plan(TEAM, "analyst-1", PLAN, "Q4 plan")

@@ -45,9 +45,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("prefect")
     with prefect_server(tmp) as srv:
         prefect(srv, "work-pool", "create", "teamflow", "--type", "process")
-        deployed = prefect(srv, "deploy", "--all", check=False)
-        srv.env["DEPLOY_OUTPUT"] = deployed.stdout + deployed.stderr
-        srv.env["DEPLOY_EXIT"] = str(deployed.returncode)
+        srv.deployed = prefect(srv, "deploy", "--all", check=False)
         yield srv
 
 
@@ -112,7 +110,7 @@ def flow_run(srv: Server, run_id) -> dict:
 
 
 def test_prefect_deploy_all_registers_every_teamflow_deployment(server: Server) -> None:
-    assert server.env["DEPLOY_EXIT"] == "0", server.env["DEPLOY_OUTPUT"]
+    assert server.deployed.returncode == 0, server.deployed.stdout + server.deployed.stderr
     deployments = api(server, "POST", "/deployments/filter", json={}).json()
     by_name = {d["name"]: d for d in deployments}
     alert = by_name["system-alert"]

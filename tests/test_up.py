@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import http.server
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -158,8 +159,8 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         output_2 = wait_for_up(second, tmp_path / "up-2.log")
         assert f"reusing the Prefect server at {api}" in output_2
         [second_worker] = started_pids(output_2)
-        stop(second)
-        assert second.returncode == 0
+        os.killpg(second.pid, signal.SIGINT)  # Ctrl-C
+        assert second.wait(timeout=60) == 0
         assert not pid_alive(second_worker)
         assert healthy(api)
 

@@ -1,0 +1,43 @@
+"""The README's CLI walk-through runs as shown (in a throwaway home and database)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).parent.parent / "README.md"
+
+
+def _commands() -> list[str]:
+    section = README.read_text().split("## Using the CLI", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return [line for line in block.splitlines() if line.startswith("teamflow ")]
+
+
+def test_the_readme_shows_the_walk_through() -> None:
+    assert len(_commands()) >= 15
+
+
+def test_every_cli_line_of_the_readme_runs_as_shown(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "TEAMFLOW_HOME": str(tmp_path / "home"),
+        "TEAMFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'teamflow.db'}",
+    }
+    root = README.parent
+    for line in _commands():
+        # Files the walk-through writes to /tmp go to this test's own folder instead.
+        args = [a.replace("/tmp/", f"{tmp_path}/") for a in shlex.split(line, comments=True)]
+        result = subprocess.run(
+            [sys.executable, "-m", "flows.cli", *args[1:]],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=root,
+            timeout=120,
+        )
+        assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"

@@ -1,0 +1,208 @@
+"""The `team-task` flow: failures, plan mode, the command runtime, metrics and records."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from factories import TEAM
+from prefect.testing.utilities import prefect_test_harness
+
+from flows.team_task import team_task
+from models import inbox
+from models import team as teams
+from models.db import session_scope
+from models.task import TaskMetricsRow, create_task, get_task
+from models.tool import ToolDefinition, add_tool
+
+
+@pytest.fixture(scope="module")
+def prefect():
+    with prefect_test_harness():
+        yield
+
+
+@pytest.fixture
+def team(prefect, home: Path, db_url: str) -> str:
+    teams.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")
+    add_tool(
+        ToolDefinition.model_validate(
+            {
+                "tool_id": "fails",
+                "type": "script",
+                "description": "Exits 3",
+                "command": f"{sys.executable} -c \"import sys; sys.exit('bad')\"",
+                "input_schema": {"type": "object", "properties": {}},
+                "output_schema": {"type": "object"},
+                "created_at": "2026-01-01T00:00:00Z",
+                "updated_at": "2026-01-01T00:00:00Z",
+            }
+        )
+    )
+    add_tool(
+        ToolDefinition.model_validate(
+            {
+                "tool_id": "echo_json",
+                "type": "script",
+                "description": "Prints its params",
+                "command": f'{sys.executable} -c "import sys; print(sys.stdin.read())"',
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"n": {"type": "integer"}},
+                    "required": ["n"],
+                },
+                "output_schema": {"type": "object"},
+                "created_at": "2026-01-01T00:00:00Z",
+                "updated_at": "2026-01-01T00:00:00Z",
+            }
+        )
+    )
+    return TEAM
+
+
+def _step(actions: list[dict], *, stop: bool = False, response: str | None = None) -> dict:
+    return {
+        "status": "SUCCESS" if stop else "EXECUTING",
+        "thoughts": [{"type": "PLAN", "content": "next"}],
+        "actions": actions,
+        "stop": stop,
+        "response": response,
+    }
+
+
+def _tool(name: str, params: dict) -> dict:
+    return {"action": name, "type": "tool", "params": params, "execution": "SYNC"}
+
+
+def _member(name: str, playbook: list[dict], **kwargs) -> None:
+    teams.add_member(
+        TEAM, name, model="haiku", prompt=f"You are {name}.",
+        runtime={"kind": "scripted", "playbook": playbook}, **kwargs,
+    )  # fmt: skip
+
+
+def _run(task_id) -> dict:
+    return asyncio.run(team_task(str(task_id)))
+
+
+def test_two_members_work_in_parallel_and_everything_is_recorded(team: str, home: Path) -> None:
+    for name in ("analyst-1", "analyst-2"):
+        _member(
+            name,
+            [
+                _step([_tool("echo_json", {"n": 7})]),
+                _step([], stop=True, response="{result.echo_json.n}"),
+            ],
+        )
+    task = create_task(TEAM, title="Count", assignees=["analyst-1", "analyst-2"])
+    result = _run(task.id)
+    assert result["status"] == "completed"
+    assert {m: r["response"] for m, r in result["members"].items()} == {
+        "analyst-1": "7",
+        "analyst-2": "7",
+    }
+    assert get_task(task.id).status == "completed"
+    with session_scope() as s:
+        metrics = s.query(TaskMetricsRow).filter_by(task_id=str(task.id)).all()
+        assert sorted((m.member, m.steps, m.tool_calls) for m in metrics) == [
+            ("analyst-1", 2, 1), ("analyst-2", 2, 1),
+        ]  # fmt: skip
+        assert all(m.duration_s is not None and m.duration_s >= 0 for m in metrics)
+    status = json.loads((home / "tasks" / TEAM / "analyst-1" / "task-status.json").read_text())
+    assert status["status"] == "complete" and status["metrics"]["tasks_completed"] == 1
+    assignment = [m for m in inbox.messages(TEAM, "analyst-1") if m.type == "task_assignment"]
+    assert assignment[0].to_notification().payload.task_id == task.id
+    lead = [m.type for m in inbox.messages(TEAM, "coordinator")]
+    assert lead.count("idle_notification") == 2
+    assert "echo_json" in (home / "tasks" / TEAM / "analyst-1" / "output.log").read_text()
+
+
+def test_a_task_runs_once_even_if_started_twice(team: str) -> None:
+    _member("analyst-1", [_step([], stop=True, response="done")])
+    task = create_task(TEAM, title="Once", assignees=["analyst-1"])
+    assert _run(task.id)["status"] == "completed"
+    again = _run(task.id)
+    assert again["members"] == {}
+    assert again["status"] == "completed"
+
+
+def test_a_tool_that_exits_non_zero_fails_the_member_and_tells_the_lead(
+    team: str, home: Path
+) -> None:
+    _member(
+        "analyst-1", [_step([_tool("fails", {})]), _step([], stop=True, response="{result.fails}")]
+    )
+    task = create_task(TEAM, title="Doomed", assignees=["analyst-1"])
+    result = _run(task.id)
+    assert result["status"] == "archived"
+    error = result["members"]["analyst-1"]["error"]
+    assert "fails" in error
+    status = json.loads((home / "tasks" / TEAM / "analyst-1" / "task-status.json").read_text())
+    assert status["status"] == "error" and "fails" in status["errorMessage"]
+    texts = [m.text for m in inbox.messages(TEAM, "coordinator")]
+    assert any("Doomed failed" in t for t in texts)
+
+
+def test_params_that_violate_the_schema_never_run_the_tool(team: str) -> None:
+    _member(
+        "analyst-1",
+        [_step([_tool("echo_json", {"n": "seven"})]), _step([], stop=True, response="ok")],
+    )
+    task = create_task(TEAM, title="Bad params", assignees=["analyst-1"])
+    result = _run(task.id)
+    assert result["status"] == "completed"
+    from flows.runtimes import tool_results
+    from models.agent import load_conversation
+
+    with session_scope() as s:
+        conversation = load_conversation(
+            session=s, agent_id=f"analyst-1@{TEAM}", conversation_id=f"task-{task.id}"
+        )
+    failed = tool_results(conversation)["echo_json"]
+    assert failed.status.value == "FAILURE" and "n" in failed.error_message
+
+
+def test_plan_mode_refuses_tools_before_an_approved_plan(team: str) -> None:
+    _member(
+        "analyst-1",
+        [
+            _step([_tool("echo_json", {"n": 1})]),
+            _step([], stop=True, response="{result.echo_json.n}"),
+        ],
+        plan_mode_required=True,
+    )
+    task = create_task(TEAM, title="Unapproved", assignees=["analyst-1"])
+    result = _run(task.id)
+    assert result["status"] == "archived"
+    assert "plan approval is required" in result["members"]["analyst-1"]["error"]
+
+
+def test_the_command_runtime_drives_a_member(team: str, tmp_path: Path) -> None:
+    agent = tmp_path / "agent.py"
+    agent.write_text(
+        "import json, sys\n"
+        "request = json.load(sys.stdin)\n"
+        "steps = sum(1 for m in request['conversation'] if m['role'] == 'assistant')\n"
+        "if steps == 0:\n"
+        "    act = {'action': 'echo_json', 'type': 'tool', 'params': {'n': 5}}\n"
+        "    out = {'status': 'EXECUTING', 'thoughts': [], 'actions': [act],"
+        " 'stop': False, 'response': None}\n"
+        "else:\n"
+        "    out = {'status': 'SUCCESS', 'thoughts': [], 'actions': [], 'stop': True,"
+        " 'response': 'saw ' + request['conversation'][-1]['content']['text']}\n"
+        "print(json.dumps({'chimera': out, 'tokens': 42}))\n"
+    )
+    teams.add_member(
+        TEAM, "analyst-1", model="haiku", prompt="p",
+        runtime={"kind": "command", "argv": [sys.executable, str(agent)], "timeout": 30},
+    )  # fmt: skip
+    task = create_task(TEAM, title="External", assignees=["analyst-1"])
+    result = _run(task.id)
+    assert result["status"] == "completed"
+    assert '"n":5' in result["members"]["analyst-1"]["response"].replace(" ", "")
+    with session_scope() as s:
+        row = s.query(TaskMetricsRow).filter_by(task_id=str(task.id)).one()
+        assert row.tokens == 84
