@@ -84,3 +84,13 @@ def _empty_tables(url: str) -> None:
     with db.engine(url).begin() as conn:
         for table in reversed(metadata.sorted_tables):
             conn.execute(table.delete())
+
+
+@pytest.fixture(scope="module")
+def prefect_api() -> Iterator[str]:
+    """A Prefect server for this module's flow runs (started once: it takes seconds)."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield PREFECT_API_URL.value()

@@ -6,6 +6,7 @@ whole process group, children included, even when the test fails halfway.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import re
@@ -13,10 +14,12 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -146,3 +149,28 @@ def kill_pids(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)
+
+
+class Run:
+    """A flow run in a background thread, as a worker runs it; `result()` waits for it."""
+
+    def __init__(self, coroutine: Any) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.finished_at: float | None = None
+        self.thread = threading.Thread(target=self._run, args=(coroutine,), daemon=True)
+        self.thread.start()
+
+    def _run(self, coroutine: Any) -> None:
+        try:
+            self.value = asyncio.run(coroutine)
+        except BaseException as exc:
+            self.error = exc
+        self.finished_at = time.perf_counter()
+
+    def result(self, timeout: float = 60) -> Any:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the flow run did not finish"
+        if self.error is not None:
+            raise self.error
+        return self.value

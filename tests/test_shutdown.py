@@ -7,23 +7,21 @@ real pane on a tmux server of the test's own.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import pytest
 from factories import TEAM, research_team
+from prefect_server import Run
 
 from models import inbox, mirror
 from models import team as teams
@@ -37,39 +35,6 @@ sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-
-
-@pytest.fixture(scope="module")
-def prefect_api() -> Iterator[str]:
-    """A Prefect server for this module's flow runs (started once: it takes seconds)."""
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield PREFECT_API_URL.value()
-
-
-class Run:
-    """A flow run in a background thread, as a worker runs it; `result()` waits for it."""
-
-    def __init__(self, coroutine: Any) -> None:
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(coroutine,), daemon=True)
-        self.thread.start()
-
-    def _run(self, coroutine: Any) -> None:
-        try:
-            self.value = asyncio.run(coroutine)
-        except BaseException as exc:
-            self.error = exc
-
-    def result(self, timeout: float = 60) -> Any:
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "the flow run did not finish"
-        if self.error is not None:
-            raise self.error
-        return self.value
 
 
 def start(member: str = "analyst-1", **kwargs: Any) -> Run:
