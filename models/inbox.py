@@ -463,6 +463,47 @@ def send(
         return _deliver(s, team, to, sender, color, text, summary, type, metadata, payload)
 
 
+def send_many(
+    team: str, messages: list[dict[str, Any]], *, session: Session | None = None
+) -> list[InboxRow]:
+    """Sends many messages in one transaction, each inbox file written once at the end.
+
+    Each item takes the keywords of `send` (`to`, `sender`, `text`, and optionally
+    `summary`, `type`, `metadata`, `payload`). All or nothing: one refused message (unknown
+    recipient, oversized text, ...) refuses the batch, naming the item.
+    """
+    with session_scope(session) as s:
+        colors: dict[tuple[str, str], str] = {}
+        for i, item in enumerate(messages):
+            try:
+                route = (item["to"], item["sender"])
+                if route not in colors:
+                    colors[route] = _check_route(s, team, *route)
+            except KeyError as exc:
+                raise InboxError(f"message {i}: {exc.args[0]!r} is missing") from None
+            except ValueError as exc:
+                raise InboxError(f"message {i}: {exc}") from None
+        # One counter update per inbox reserves the batch's positions in it.
+        counts: dict[str, int] = {}
+        for item in messages:
+            counts[item["to"]] = counts.get(item["to"], 0) + 1
+        after = {to: _bump(s, team, to, appended=True, by=n) - n for to, n in counts.items()}
+        rows = []
+        for i, item in enumerate(messages):
+            after[item["to"]] += 1
+            try:
+                rows.append(
+                    _deliver(
+                        s, team, item["to"], item["sender"], colors[(item["to"], item["sender"])],
+                        item["text"], item.get("summary"), item.get("type"),
+                        item.get("metadata"), item.get("payload"), seq=after[item["to"]],
+                    )
+                )  # fmt: skip
+            except ValueError as exc:
+                raise InboxError(f"message {i}: {exc}") from None
+        return rows
+
+
 def broadcast(
     team: str,
     *,
@@ -662,12 +703,12 @@ def _sender_color(session: Session, team: str, sender: str) -> str:
         raise InboxError(f"unknown sender: {exc}") from None
 
 
-def _bump(session: Session, team: str, member: str, *, appended: bool) -> int:
-    """Advances the inbox counter (row-locked until commit); returns the new `seq`."""
+def _bump(session: Session, team: str, member: str, *, appended: bool, by: int = 1) -> int:
+    """Advances the inbox counter by `by` (row-locked until commit); returns the new `seq`."""
     table = InboxCounter.__table__
-    values = {"version": table.c.version + 1}
+    values = {"version": table.c.version + by}
     if appended:
-        values["seq"] = table.c.seq + 1
+        values["seq"] = table.c.seq + by
     result = session.execute(
         sa.update(table)
         .where(table.c.team == team, table.c.member == member)
@@ -694,6 +735,7 @@ def _deliver(
     message_id: str | None = None,
     timestamp: Any = None,
     read: bool = False,
+    seq: int | None = None,
 ) -> InboxRow:
     if len(text.encode()) > max_message_bytes():
         raise InboxError(
@@ -723,7 +765,7 @@ def _deliver(
     if payload is not None:
         row.payload = payload
     row.fields_set = None
-    row.seq = _bump(session, team, recipient, appended=True)
+    row.seq = seq if seq is not None else _bump(session, team, recipient, appended=True)
     session.add(row)
     mark(session, "inbox", (team, recipient))
     return row

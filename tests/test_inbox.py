@@ -353,3 +353,32 @@ def test_sync_refuses_a_malformed_inbox_file_naming_the_entry(home: Path) -> Non
     with pytest.raises(inbox.SyncError, match="entry 1: timestamp"):
         inbox.sync(TEAM)
     assert len(inbox.messages(TEAM, "analyst-1")) == 1
+
+
+def test_send_many_delivers_in_order_with_one_file_write_per_inbox(home: Path) -> None:
+    research_team()
+    batch = [
+        {"to": "analyst-1" if i % 2 else "analyst-2", "sender": "coordinator", "text": f"m{i}"}
+        for i in range(10)
+    ]
+    rows = inbox.send_many(TEAM, batch)
+    assert [r.text for r in rows] == [f"m{i}" for i in range(10)]
+    for member in ("analyst-1", "analyst-2"):
+        stored = inbox.messages(TEAM, member)
+        assert [r.seq for r in stored] == list(range(1, 7))
+        assert json.loads(mirror.inbox_path(TEAM, member).read_text()) == [
+            r.entry_dict() for r in stored
+        ]
+
+
+def test_send_many_is_all_or_nothing(home: Path) -> None:
+    research_team()
+    batch = [
+        {"to": "analyst-1", "sender": "coordinator", "text": "fine"},
+        {"to": "ghost", "sender": "coordinator", "text": "lost?"},
+    ]
+    with pytest.raises(InboxError, match="message 1: cannot deliver"):
+        inbox.send_many(TEAM, batch)
+    assert [r.text for r in inbox.messages(TEAM, "analyst-1")] == [
+        "You are data analyst 1. Analyze data carefully."
+    ]
