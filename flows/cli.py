@@ -35,10 +35,6 @@ app.add_typer(msg_app, name="msg")
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
-class UserError(Exception):
-    """Bad input or a refused request: one line for the user, exit code 1."""
-
-
 def fail(message: str, code: int = 1) -> NoReturn:
     """Prints `teamflow: error: message` (one line) on stderr and exits with `code`."""
     typer.echo(f"teamflow: error: {' '.join(message.split())}", err=True)
@@ -562,41 +558,11 @@ def _decide(request_id: str, approve: bool, feedback: str | None, decider: str |
         fail(str(exc))
     typer.echo(f"plan {row.request_id} of {row.member} {row.status} by {decider}")
     if row.flow_run_id:
-        note = _resume_plan_run(row.flow_run_id, approve, feedback, decider)
+        from flows.plan_approval import resume_with_decision
+
+        note = resume_with_decision(row.flow_run_id, approve, feedback, decider)
         if note:
             typer.echo(f"teamflow: note: {note}", err=True)
-
-
-def _resume_plan_run(run_id: str, approve: bool, feedback: str | None, decider: str) -> str:
-    """Resumes the waiting run with the decision; says why if it could not (the run then
-    finds the decision in teamflow's database by itself, within seconds)."""
-    from uuid import UUID
-
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import NotPausedError
-    from prefect.flow_runs import resume_flow_run
-
-    from flows import runner
-
-    try:
-        with runner.connected() as api:
-            runner.check_server(api)
-            try:
-                resume_flow_run(
-                    UUID(run_id),
-                    run_input={"approve": approve, "feedback": feedback, "approver": decider},
-                )
-            except NotPausedError:
-                with get_client(sync_client=True) as client:
-                    state = client.read_flow_run(UUID(run_id)).state
-                if state is not None and (state.is_running() or state.is_final()):
-                    return ""  # the run saw the decision in the database first
-                kind = state.type.value.lower() if state is not None else "without a state"
-                return f"run {run_id} is {kind}; it finds the decision in the database"
-    except Exception as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"run {run_id} not resumed ({reason}); it finds the decision in the database"
-    return ""
 
 
 @plan_app.command("approve")
@@ -969,7 +935,7 @@ def main() -> None:
     except typer.Abort:
         typer.echo("teamflow: error: aborted", err=True)
         sys.exit(1)
-    except (UserError, ValueError, OSError) as exc:
+    except (ValueError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         typer.echo(f"teamflow: error: {message}", err=True)
         sys.exit(1)

@@ -184,6 +184,7 @@ class Lead(threading.Thread):
         self.decided: set[str] = set()
 
     def run(self) -> None:
+        from flows.plan_approval import resume_with_decision
         from models import approval
 
         while not self.done.wait(0.1):
@@ -201,7 +202,9 @@ class Lead(threading.Thread):
                 approval.decide(
                     request.request_id, approve=True, decider=LEAD, feedback=APPROVAL_FEEDBACK
                 )
-                _resume(request.flow_run_id, APPROVAL_FEEDBACK)
+                if request.flow_run_id:
+                    # If the resume fails, the run still finds the decision in the database.
+                    resume_with_decision(request.flow_run_id, True, APPROVAL_FEEDBACK, LEAD)
                 self.echo(f"    approved by {LEAD} (the lead's policy)")
             self.answer_shutdowns()
 
@@ -224,20 +227,6 @@ class Lead(threading.Thread):
                         {"requestId": entry.payload["requestId"], "backendType": "in-process"}
                     )
                     inbox.send_payload(TEAM, to=LEAD, sender=name, payload=answer)
-
-
-def _resume(run_id: str | None, feedback: str) -> None:
-    if not run_id:
-        return
-    from uuid import UUID
-
-    from prefect.flow_runs import resume_flow_run
-
-    # If the resume fails, the run still finds the decision in the database.
-    with contextlib.suppress(Exception):
-        resume_flow_run(
-            UUID(run_id), run_input={"approve": True, "feedback": feedback, "approver": LEAD}
-        )
 
 
 async def _run(task_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
