@@ -283,14 +283,10 @@ def run(*, interactive: bool = False, echo: Callable[[str], None] = print) -> di
 
 def _server() -> str | None:
     """The API of a Prefect server that answers (started by `teamflow up`), else None."""
-    try:
-        from flows import runner
+    from flows import runner
 
-        api = runner.api_url()
-        runner.probe(api, timeout=1.0)
-        return api
-    except Exception:  # no server: Prefect starts a temporary one
-        return None
+    api = runner.api_url()
+    return api if runner.probe(api, timeout=1.0) == "prefect" else None
 
 
 def _on(api: str | None) -> contextlib.AbstractContextManager[Any]:

@@ -132,3 +132,15 @@ def test_the_team_went_through_approval_and_the_handshake(ran: dict) -> None:
     assert lead.count("idle_notification") == 2
     assert "plan_approval_request" in lead
     assert [m.name for m in teams.list_members("research-team", active=True)] == ["coordinator"]
+
+
+def test_without_a_server_the_demo_uses_a_temporary_one() -> None:
+    import socket
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with temporary_settings(updates={PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
+        assert demo._server() is None
