@@ -149,7 +149,7 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         # Typically 0.5-1 s here. The bound on every run is looser: a loaded 2-core
         # machine stalls the server's SQLite now and then, and Prefect's defaults take 10 s+.
         assert statistics.median(latencies) < 2, latencies
-        assert max(latencies) < 4, latencies
+        assert max(latencies) < 6, latencies
         ticks = {m.payload["alert_name"] for m in inbox.messages(TEAM, "analyst-2")
                  if m.type == "system_alert"}  # fmt: skip
         assert ticks == {f"tick-{n}" for n in range(5)}
