@@ -24,7 +24,7 @@ import contextlib
 import os
 import uuid
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NoReturn, TypeVar
 
 import anyio
@@ -35,9 +35,9 @@ from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
 from prefect.events.clients import get_events_subscriber
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
-from prefect.exceptions import Abort, PrefectHTTPStatusError
+from prefect.exceptions import Abort, Pause, PrefectHTTPStatusError
 from prefect.input import RunInput, keyset_from_paused_state
-from prefect.states import Cancelled, Paused, Running
+from prefect.states import Cancelled, Paused, Running, Suspended
 from prefect.utilities.engine import propose_state
 from pydantic import Field, ValidationError
 
@@ -51,6 +51,8 @@ DEFAULT_POLL_S = 60.0
 """Fallback poll of the Prefect API while the event stream is quiet."""
 DEFAULT_CHECK_S = 2.0
 """How often a waiting run looks for its decision in teamflow's database."""
+DEFAULT_SUSPEND_AFTER_S = 60.0
+"""A deployed run waits this long in process (sub-second resume), then suspends."""
 PREFECT_PAUSE_MARGIN_S = 600
 """Prefect's own pause timeout lies this far past teamflow's, so teamflow always acts first."""
 
@@ -103,6 +105,7 @@ async def wait_for_input(
     check: Callable[[], Awaitable[bool]] | None = None,
     poll_s: float | None = None,
     check_s: float | None = None,
+    key: str | None = None,
 ) -> T | None:
     """Pauses the current flow run until it is resumed with `form`'s input; returns it.
 
@@ -113,6 +116,10 @@ async def wait_for_input(
     Returns None, after setting the run Running itself, when `until` passes or `check()`
     says the wait is over (e.g. the decision is in the database already), and None when
     the run was resumed without input: the caller then looks at why.
+
+    `key` names this wait within the run. A run that was suspended and resumed runs its
+    flow again from the start; a wait whose key fired before then ends at once, with the
+    input it got then (or None).
     """
     context = FlowRunContext.get()
     if context is None or context.flow_run is None:
@@ -125,18 +132,18 @@ async def wait_for_input(
     paused = Paused(
         timeout_seconds=int(max(remaining, 0)) + PREFECT_PAUSE_MARGIN_S,
         reschedule=False,
-        pause_key=f"teamflow-{uuid.uuid4().hex[:12]}",
+        pause_key=key or f"teamflow-{uuid.uuid4().hex[:12]}",
     )
     keyset = keyset_from_paused_state(paused)
     paused.state_details.run_input_keyset = keyset
 
     async with get_client() as client:
-        await form.asave(keyset, flow_run_id=run_id)
+        await _save_form(client, form, keyset, run_id)
         subscriber = await _subscribe(run_id, logger)
         try:
             state = await propose_state(client, paused, flow_run_id=run_id)
-            if state.is_running():
-                return await _read_input(client, form, keyset, run_id)
+            if state.is_running():  # this wait fired before the run was suspended
+                return await _read_input(client, form, keyset, run_id, patience=0)
             if not state.is_paused():
                 raise RuntimeError(f"flow run cannot be paused: the server answered {state}")
             paused_at = state.timestamp
@@ -195,6 +202,55 @@ async def wait_for_input(
                         await _abort(client, run_id, run.state.type.value)
         finally:
             await _close(subscriber)
+
+
+async def suspend_for_input(form: type[T], *, key: str, until: datetime | None = None) -> T | None:
+    """Suspends the current (deployed) flow run until it is resumed; releases its worker.
+
+    The run's process leaves at once (`Pause`); a resume reschedules the run, a worker runs
+    the flow again from the start, and completed tasks whose results were persisted are not
+    run again. Back at this call, with the same `key`, the suspension has fired before: it
+    returns the input the run was resumed with, or None when it was resumed without any
+    (teamflow's clock, `flows.deadlines`, resumes a run so after its timeout policy acted).
+    """
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None:
+        raise RuntimeError("suspend_for_input runs inside a flow run")
+    run_id = context.flow_run.id
+    remaining = (until - utcnow()).total_seconds() if until else 7 * 24 * 3600
+    suspended = Suspended(
+        timeout_seconds=int(max(remaining, 0)) + PREFECT_PAUSE_MARGIN_S, pause_key=key
+    )
+    keyset = keyset_from_paused_state(suspended)
+    suspended.state_details.run_input_keyset = keyset
+    async with get_client() as client:
+        await _save_form(client, form, keyset, run_id)
+        state = await propose_state(client, suspended, flow_run_id=run_id)
+        if state.is_running():  # resumed: this is the run again, from the start
+            return await _read_input(client, form, keyset, run_id, patience=1.0)
+        if not state.is_paused():
+            raise RuntimeError(f"flow run cannot be suspended: the server answered {state}")
+    get_run_logger().info(
+        "Suspended until a decision (resume the run with its form, or use the CLI); "
+        "the worker is free meanwhile"
+    )
+    raise Pause(state=state)
+
+
+def can_suspend() -> bool:
+    """Whether the current run can suspend: it comes from a deployment, and is no subflow."""
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    return run is not None and run.deployment_id is not None and run.parent_task_run_id is None
+
+
+async def _save_form(client: Any, form: type[RunInput], keyset: Any, run_id: Any) -> None:
+    """Saves the form's schema for the UI and for resumes; kept if it was saved before."""
+    try:
+        await form.asave(keyset, flow_run_id=run_id)
+    except PrefectHTTPStatusError as exc:
+        if exc.response.status_code != 409:
+            raise
 
 
 def _unreachable(exc: BaseException) -> bool:
@@ -298,7 +354,7 @@ async def _resume_self(client: Any, run_id: Any) -> None:
 # --- tasks ---------------------------------------------------------------------------------
 
 
-@task(name="record-plan-request")
+@task(name="record-plan-request", persist_result=True)
 async def record_request(
     team: str,
     member: str,
@@ -327,16 +383,16 @@ async def record_request(
     return row.request_id
 
 
-@task(name="apply-timeout-policy")
-async def apply_timeout_policy(request_id: str) -> str:
-    """No decision in time: the team's policy decides, or escalates to the lead."""
+@task(name="apply-timeout-policy", persist_result=True)
+async def apply_timeout_policy(request_id: str, due: str) -> str:
+    """No decision by `due`: the team's policy decides, or escalates to the lead."""
     action = await anyio.to_thread.run_sync(lambda: approval.apply_timeout(request_id))
     return action.value
 
 
-@task(name="record-decision")
-async def record_decision(request_id: str, decision: dict[str, Any]) -> dict[str, Any]:
-    """Records a decision from the form (once); says when it is refused or came too late."""
+@task(name="record-decision", persist_result=True)
+async def record_decision(request_id: str, decision: dict[str, Any], wait: int) -> dict[str, Any]:
+    """Records the decision the `wait`-th wait got (once); says if refused or too late."""
     try:
         row = await anyio.to_thread.run_sync(
             lambda: approval.decide(
@@ -356,8 +412,8 @@ async def record_decision(request_id: str, decision: dict[str, Any]) -> dict[str
     return {"status": row.status}
 
 
-@task(name="tell-decider-not-allowed")
-async def tell_not_allowed(request_id: str, decider: str, reason: str) -> None:
+@task(name="tell-decider-not-allowed", persist_result=True)
+async def tell_not_allowed(request_id: str, decider: str, reason: str, wait: int) -> None:
     """Tells the would-be decider (or the lead, if it is nobody on the team) the refusal."""
     from models import inbox
     from models.team import get_member, get_team
@@ -385,7 +441,7 @@ async def tell_not_allowed(request_id: str, decider: str, reason: str) -> None:
     await anyio.to_thread.run_sync(send)
 
 
-@task(name="send-plan-response")
+@task(name="send-plan-response", persist_result=True)
 async def send_response(request_id: str) -> str | None:
     """Makes sure the member has its response (normally sent with the decision already)."""
     return await anyio.to_thread.run_sync(lambda: approval.respond(request_id))
@@ -481,34 +537,48 @@ async def plan_approval(
     await tag_run(f"team:{team}", f"member:{member}")
     context = FlowRunContext.get()
     run_id = str(context.flow_run.id) if context and context.flow_run else None
+    # A suspended run runs again from the start: the id must come out the same then.
+    request_id = request_id or (f"plan-{run_id.replace('-', '')[:12]}" if run_id else None)
     request_id = await record_request(
         team, member, plan, summary, request_id or approval.new_plan_id(),
         previous_request_id, timeout_s, policy, run_id,
     )  # fmt: skip
     config = await anyio.to_thread.run_sync(lambda: approval.settings_of(team))
+    suspendable = can_suspend()
+    suspend_after = _seconds_env("TEAMFLOW_SUSPEND_AFTER_SECONDS", DEFAULT_SUSPEND_AFTER_S)
 
     async def decided_elsewhere() -> bool:
         return not (await _load(request_id)).is_open
 
+    wait = 0  # waits so far: each has its own key, the same when a resumed run runs again
     while True:
         request = await _load(request_id)
         if not request.is_open:
             break
         due = request.due_at()
         if due is not None and utcnow() >= due:
-            action = await apply_timeout_policy(request_id)
+            action = await apply_timeout_policy(request_id, format_timestamp(due))
             if action != "none":
                 logger.info("No decision in time: timeout policy %s", action)
             continue
-        decision = await wait_for_input(
-            decision_form(request, config), until=due, check=decided_elsewhere
-        )
+        wait += 1
+        form, key = decision_form(request, config), f"{request_id}-{wait}"
+        if suspendable and wait > 1:
+            # Still undecided after a while in process: let the worker go until a decision
+            # (or teamflow's clock, at the deadline) resumes the run.
+            decision = await suspend_for_input(form, key=key, until=due)
+        else:
+            until = due
+            if suspendable:
+                soon = utcnow() + timedelta(seconds=suspend_after)
+                until = soon if due is None else min(due, soon)
+            decision = await wait_for_input(form, key=key, until=until, check=decided_elsewhere)
         if decision is None:
             continue
-        outcome = await record_decision(request_id, decision.model_dump())
+        outcome = await record_decision(request_id, decision.model_dump(), wait)
         if "refused" in outcome:
             logger.warning("Decision refused: %s", outcome["refused"])
-            await tell_not_allowed(request_id, decision.approver, outcome["refused"])
+            await tell_not_allowed(request_id, decision.approver, outcome["refused"], wait)
             continue
         if "late" in outcome:
             logger.info("Decision from %s came too late: %s", decision.approver, outcome["late"])

@@ -11,6 +11,9 @@ this worker, still of type `process` and pulling from the same `teamflow` pool:
   long-lived process, where Prefect and teamflow are imported already; any other
   deployment in the pool runs as a subprocess, as the stock process worker runs it.
 
+Every worker also keeps teamflow's clock for plan decisions (`flows.deadlines`): timeout
+policies act at their deadlines even for runs that are suspended or died.
+
 A run in this process dies with it. Its heartbeats (`PREFECT_FLOWS_HEARTBEAT_FREQUENCY`)
 stop too, and the automation `teamflow up` installs marks it Crashed.
 """
@@ -34,6 +37,8 @@ from prefect.events.filters import EventAnyResourceFilter, EventFilter, EventNam
 from prefect.flows import Flow
 from prefect.logging.loggers import flow_run_logger
 from prefect.workers.process import ProcessJobConfiguration, ProcessWorker, ProcessWorkerResult
+
+from flows.deadlines import keep_time
 
 POOL = "teamflow"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -80,13 +85,19 @@ def warm_up() -> list[str]:
 
 def _execute(flow: Flow[..., Any], flow_run: FlowRun) -> None:
     """Runs one flow run to its end in the calling thread (with its own event loop)."""
+    from prefect.exceptions import Abort, Pause
     from prefect.flow_engine import run_flow
 
-    outcome = run_flow(
-        flow, flow_run=flow_run, return_type="state", error_logger=flow_run_logger(flow_run)
-    )
-    if inspect.isawaitable(outcome):
-        asyncio.run(outcome)
+    try:
+        outcome = run_flow(
+            flow, flow_run=flow_run, return_type="state", error_logger=flow_run_logger(flow_run)
+        )
+        if inspect.isawaitable(outcome):
+            asyncio.run(outcome)
+    except (Pause, Abort):
+        # Signals, not failures: the run suspended (it runs again when resumed), or the
+        # server told it to stop. Its state is set already; in a process it would exit.
+        pass
 
 
 class TeamflowWorker(ProcessWorker):
@@ -155,7 +166,8 @@ class TeamflowWorker(ProcessWorker):
             await anyio.sleep(0.1)
         wake = anyio.Event()
         pool_filter = EventFilter(
-            event=EventNameFilter(name=["prefect.flow-run.Scheduled"]),
+            # `Resuming`: a suspended run that was resumed is scheduled again under that name.
+            event=EventNameFilter(name=["prefect.flow-run.Scheduled", "prefect.flow-run.Resuming"]),
             any_resource=EventAnyResourceFilter(id=[f"prefect.work-pool.{self._work_pool.id}"]),
         )
 
@@ -193,6 +205,7 @@ async def serve(pool: str = POOL, *, name: str | None = None, limit: int = DEFAU
     worker = TeamflowWorker(work_pool_name=pool, name=name, limit=limit)
     async with anyio.create_task_group() as group:
         group.start_soon(worker.listen_for_runs)
+        group.start_soon(keep_time)
         await worker.start(printer=lambda *a, **k: print(*a, **k, flush=True))
         group.cancel_scope.cancel()
 

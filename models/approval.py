@@ -750,22 +750,64 @@ def _escalate(session: Session, request: PlanApproval, waited: str) -> bool:
     return True
 
 
-def expire_due(*, now: datetime | None = None, session: Session | None = None) -> int:
-    """Applies the timeout policy to every due request (for a sweeper); returns how many."""
+def expire_due(*, now: datetime | None = None, session: Session | None = None) -> list[str]:
+    """Applies the timeout policy to every due request (teamflow's clock, `flows.deadlines`).
+
+    Returns the ids of the requests it acted on (decided, or escalated to the lead).
+    """
     now = now or utcnow()
     with session_scope(session) as s:
         ids = list(
             s.exec(
-                select(PlanApproval.request_id).where(
-                    PlanApproval.status == ApprovalStatus.PENDING,
-                    sa.or_(
-                        sa.and_(PlanApproval.escalated_at.is_(None), PlanApproval.deadline <= now),
-                        PlanApproval.hard_deadline <= now,
-                    ),
+                select(PlanApproval.request_id)
+                .where(PlanApproval.status == ApprovalStatus.PENDING, _due_at() <= now)
+                .order_by(_due_at())
+            )
+        )
+    return [i for i in ids if apply_timeout(i, now=now) is not TimeoutAction.NONE]
+
+
+def _due_at() -> Any:
+    """SQL for `PlanApproval.due_at()` of a pending request: its deadline, or its hard
+    deadline once it was escalated."""
+    table = PlanApproval.__table__
+    due = sa.case((table.c.escalated_at.is_(None), table.c.deadline), else_=table.c.hard_deadline)
+    return sa.type_coerce(due, table.c.deadline.type)
+
+
+def next_due(*, session: Session | None = None) -> datetime | None:
+    """When the timeout policy acts next on any pending request (None: nothing waits)."""
+    with session_scope(session) as s:
+        return s.exec(
+            select(
+                sa.type_coerce(sa.func.min(_due_at()), PlanApproval.__table__.c.deadline.type)
+            ).where(PlanApproval.status == ApprovalStatus.PENDING)
+        ).one()
+
+
+def decided_with_runs(request_ids: list[str], *, session: Session | None = None) -> list[str]:
+    """The flow run ids of those of `request_ids` that are decided and have a run."""
+    return _decided(PlanApproval.request_id, request_ids, session)
+
+
+def decided_runs(flow_run_ids: list[str], *, session: Session | None = None) -> list[str]:
+    """Those of `flow_run_ids` whose request is decided: their wait is over."""
+    return _decided(PlanApproval.flow_run_id, flow_run_ids, session)
+
+
+def _decided(column: Any, values: list[str], session: Session | None) -> list[str]:
+    if not values:
+        return []
+    with session_scope(session) as s:
+        return list(
+            s.exec(
+                select(PlanApproval.flow_run_id).where(
+                    column.in_(values),
+                    PlanApproval.status != ApprovalStatus.PENDING,
+                    PlanApproval.flow_run_id.is_not(None),
                 )
             )
         )
-    return sum(apply_timeout(i, now=now) is not TimeoutAction.NONE for i in ids)
 
 
 def _seconds(delta: timedelta) -> str:

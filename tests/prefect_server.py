@@ -85,7 +85,7 @@ def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
 class Server:
     api: str
     env: dict[str, str]
-    process: subprocess.Popen
+    process: subprocess.Popen | None
     log: Path
     deployed: subprocess.CompletedProcess | None = None
 
@@ -100,20 +100,28 @@ def prefect_server(tmp: Path, database_url: str | None = None) -> Iterator[Serve
         database_url or f"sqlite+aiosqlite:///{tmp / 'prefect.db'}"
     )
     Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
-    log = tmp / "prefect-server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
+    server = Server(api=api, env=env, process=None, log=tmp / "prefect-server.log")
+    try:
+        restart(server)
+        yield server
+    finally:
+        if server.process is not None:
+            stop(server.process)
+
+
+def restart(server: Server) -> None:
+    """Starts the server's process (again: same port, same database) and waits for it."""
+    port = server.api.rsplit(":", 1)[1].split("/")[0]
+    with server.log.open("ab") as out:
+        server.process = subprocess.Popen(
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
-             "--port", str(port), "--analytics-off"],
-            env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+             "--port", port, "--analytics-off"],
+            env=server.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True,
         )  # fmt: skip
-    try:
-        wait_until(lambda: healthy(api) or process.poll() is not None, 120, "the Prefect server")
-        assert process.poll() is None, log.read_text()[-3000:]
-        yield Server(api=api, env=env, process=process, log=log)
-    finally:
-        stop(process)
+    process = server.process
+    wait_until(lambda: healthy(server.api) or process.poll() is not None, 120, "Prefect server")
+    assert process.poll() is None, server.log.read_text()[-3000:]
 
 
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:

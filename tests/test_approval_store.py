@@ -253,7 +253,7 @@ def test_timeout_policy_approve_approves_at_the_deadline() -> None:
     with freeze_time("2026-02-16T10:00:00Z") as clock:
         row = approval.request_plan(TEAM, "analyst-1", PLAN, "plan")
         clock.tick(timedelta(minutes=1))
-        assert approval.expire_due() == 1
+        assert approval.expire_due() == [row.request_id]
     row = approval.get_request(row.request_id)
     assert row.status == ApprovalStatus.APPROVED
     assert row.cause == "no decision within 60 s: approved by the timeout policy"
@@ -271,7 +271,7 @@ def test_timeout_policy_escalate_alarms_the_lead_once_then_denies_at_the_hard_li
         assert approval.apply_timeout(row.request_id) is TimeoutAction.NONE  # alarmed once
         assert approval.get_request(row.request_id).status == ApprovalStatus.PENDING
         clock.tick(timedelta(seconds=599))
-        assert approval.expire_due() == 0
+        assert approval.expire_due() == []
         clock.tick(timedelta(seconds=1))
         assert approval.apply_timeout(row.request_id) is TimeoutAction.DENY_AFTER_ESCALATION
     alarms = [m for m in inbox.messages(TEAM, "coordinator") if m.type == "system_alert"]
@@ -497,3 +497,29 @@ def test_plan_commands_that_only_touch_data_do_not_import_prefect() -> None:
         )  # fmt: skip
         assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
     assert approval.get_request(row.request_id).status == ApprovalStatus.APPROVED
+
+
+def test_next_due_follows_the_earliest_deadline_then_the_hard_deadline() -> None:
+    research_team()
+    configure(plan_timeout_policy="escalate", plan_escalation_seconds=600)
+    with freeze_time("2026-02-16T10:00:00Z") as clock:
+        assert approval.next_due() is None
+        first = approval.request_plan(TEAM, "analyst-1", PLAN, "plan", timeout=300)
+        approval.request_plan(TEAM, "analyst-2", PLAN, "plan", timeout=400)
+        assert approval.next_due() == first.deadline
+        clock.tick(timedelta(seconds=300))
+        assert approval.expire_due() == [first.request_id]  # escalated: due at its hard limit
+        second = approval.list_requests(TEAM, member="analyst-2")[0]
+        assert approval.next_due() == second.deadline
+        approval.decide(second.request_id, approve=True, decider="coordinator")
+        assert approval.next_due() == approval.get_request(first.request_id).hard_deadline
+
+
+def test_decided_requests_name_the_runs_to_resume() -> None:
+    research_team()
+    waiting = approval.request_plan(TEAM, "analyst-1", PLAN, "plan", flow_run_id="run-a")
+    decided = approval.request_plan(TEAM, "analyst-2", PLAN, "plan", flow_run_id="run-b")
+    approval.decide(decided.request_id, approve=False, decider="coordinator", feedback="no")
+    ids = [waiting.request_id, decided.request_id]
+    assert approval.decided_with_runs(ids) == ["run-b"]
+    assert approval.decided_runs(["run-a", "run-b", "run-c"]) == ["run-b"]

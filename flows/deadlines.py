@@ -1,0 +1,134 @@
+"""teamflow's clock for plan decisions: every timeout policy acts at its deadline.
+
+A `plan-approval` run waiting in process acts on its own deadline. A suspended run holds no
+process, and a run whose process died holds none either, so every `teamflow worker` keeps
+the time as well: it sleeps until the next deadline in teamflow's database (looking again
+at least every `poll_s` for new requests), applies the team's policy to every request that
+is due (`models.approval.expire_due`; a conditional update, so several workers never decide
+one request twice), and resumes the suspended runs of the requests it decided, so that they
+finish. Prefect's own pause expiry would only fail such runs, and only every 5 s, 200 paused
+runs per pass (`benchmarks/approval.py --deadlines` compares them).
+
+Every `reconcile_s` it also resumes suspended runs whose request was decided while Prefect
+could not be reached (`teamflow plan approve` during a server restart records the decision
+and says the run will find it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+from uuid import UUID
+
+import anyio
+
+from models import approval
+from models.base import utcnow
+
+POLL_S = 1.0
+"""The longest sleep between two looks at the next deadline (a new request may be due soon)."""
+RECONCILE_S = 15.0
+"""How often suspended runs are matched against decisions made without resuming them."""
+RESUMING_AT_ONCE = 8
+
+logger = logging.getLogger("teamflow.deadlines")
+
+
+async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCILE_S) -> None:
+    """Applies timeout policies at their deadlines and resumes what they decided; forever."""
+    poll_s = poll_s or float(os.environ.get("TEAMFLOW_DEADLINE_POLL_SECONDS") or POLL_S)
+    last_reconcile = -reconcile_s
+    while True:
+        try:
+            await tick()
+            if anyio.current_time() - last_reconcile >= reconcile_s:
+                last_reconcile = anyio.current_time()
+                await resume_decided_suspended_runs()
+        except Exception as exc:  # the database or Prefect is away: try again next round
+            logger.warning("teamflow clock: %s", exc)
+        await anyio.sleep(await _until_next(poll_s))
+
+
+async def tick() -> list[str]:
+    """One round: the policy of every due request applied, the runs decided resumed.
+
+    Returns the ids of the requests acted on.
+    """
+    acted = await anyio.to_thread.run_sync(lambda: approval.expire_due())
+    if acted:
+        logger.info("teamflow clock: timeout policy applied to %d plan(s)", len(acted))
+        runs = await anyio.to_thread.run_sync(lambda: approval.decided_with_runs(acted))
+        await resume_suspended(runs)
+    return acted
+
+
+async def _until_next(poll_s: float) -> float:
+    due = await anyio.to_thread.run_sync(lambda: approval.next_due())
+    if due is None:
+        return poll_s
+    return min(max((due - utcnow()).total_seconds(), 0.0), poll_s)
+
+
+async def resume_suspended(run_ids: list[str]) -> int:
+    """Reschedules those of `run_ids` that are suspended; returns how many.
+
+    A run waiting in process is left alone: it finds its decision in the database itself.
+    """
+    from prefect.client.orchestration import get_client
+
+    limiter = anyio.CapacityLimiter(RESUMING_AT_ONCE)
+    resumed = 0
+
+    async def one(client: Any, run_id: str) -> None:
+        nonlocal resumed
+        async with limiter:
+            if await resume_if_suspended(client, run_id):
+                resumed += 1
+
+    async with get_client() as client, anyio.create_task_group() as group:
+        for run_id in run_ids:
+            group.start_soon(one, client, run_id)
+    return resumed
+
+
+async def resume_if_suspended(client: Any, run_id: str) -> bool:
+    """Reschedules a suspended run, as Prefect's resume does, but without input: the run
+    finds its request decided and finishes."""
+    from prefect.exceptions import ObjectNotFound
+    from prefect.states import Scheduled
+
+    try:
+        run = await client.read_flow_run(UUID(run_id))
+    except ObjectNotFound:
+        return False  # deleted: the request and its decision stay in teamflow's tables
+    state = run.state
+    if state is None or not state.is_paused() or not state.state_details.pause_reschedule:
+        return False
+    result = await client.set_flow_run_state(UUID(run_id), Scheduled(name="Resuming"))
+    return result.state is not None and result.state.is_scheduled()
+
+
+async def resume_decided_suspended_runs() -> int:
+    """Resumes every suspended `plan-approval` run whose request is decided already."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateName,
+    )
+
+    from flows.plan_approval import FLOW_NAME
+
+    async with get_client() as client:
+        runs = await client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW_NAME])),
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Suspended"]))
+            ),
+        )
+    ids = [str(r.id) for r in runs]
+    decided = await anyio.to_thread.run_sync(lambda: approval.decided_runs(ids))
+    return await resume_suspended(decided) if decided else 0

@@ -1,0 +1,193 @@
+"""Long plan waits of deployed runs: suspended, the worker released, resumed as a person would.
+
+One real Prefect server (restarted in one test), `teamflow up` reusing it (the deployments
+of `prefect.yaml` and a `teamflow worker`), and teamflow's database on SQLite in the test's
+own home. Deployed `plan-approval` runs wait in process for `TEAMFLOW_SUSPEND_AFTER_SECONDS`
+(1 s here), then suspend; `teamflow plan approve` or teamflow's clock (at the deadline)
+resumes them, and the worker runs them again to their end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import pytest
+from factories import TEAM, research_team
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect_server import (
+    ROOT,
+    Server,
+    kill_pids,
+    prefect_server,
+    restart,
+    start,
+    started_pids,
+    stop,
+    wait_until,
+)
+
+from models import approval, db, inbox
+from models.team import list_teams
+
+
+def teamflow(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, str]]]:
+    """A Prefect server and `teamflow up` serving the deployments on it."""
+    tmp = tmp_path_factory.mktemp("suspend")
+    with prefect_server(tmp) as server:
+        env = {
+            **server.env,
+            "TEAMFLOW_DATABASE_URL": f"sqlite:///{tmp / 'teamflow.db'}",
+            "TEAMFLOW_SUSPEND_AFTER_SECONDS": "1",
+        }
+        env.pop("PREFECT_API_DATABASE_CONNECTION_URL")
+        process = start(["up"], env, tmp / "up.log")
+        pids: list[int] = []
+        try:
+            output = wait_until(
+                lambda: (
+                    ("teamflow is up" in (t := (tmp / "up.log").read_text()) and t)
+                    or (process.poll() is not None and pytest.fail(t))
+                ),
+                240,
+                "teamflow up",
+            )
+            pids = started_pids(output)
+            yield server, env
+        finally:
+            stop(process)
+            kill_pids(pids)
+
+
+@pytest.fixture
+def team(served: tuple[Server, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """research-team in the served database, this test process pointed at both."""
+    server, env = served
+    monkeypatch.setenv("TEAMFLOW_DATABASE_URL", env["TEAMFLOW_DATABASE_URL"])
+    monkeypatch.setenv("TEAMFLOW_HOME", env["TEAMFLOW_HOME"])
+    db.dispose_engines()
+    if not any(t.name == TEAM for t in list_teams()):
+        research_team()
+    with temporary_settings(updates={PREFECT_API_URL: server.api}):
+        yield server, env
+    db.dispose_engines()
+
+
+def request(env: dict[str, str], *extra: str) -> dict[str, Any]:
+    done = teamflow(
+        ["plan", "request", TEAM, "--from", "analyst-1", "--plan", "## Plan\n1. Load Q4 data",
+         "--summary", "Q4 plan", "--json", *extra],
+        env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def run_state(run_id: str) -> Any:
+    with get_client(sync_client=True) as client:
+        return client.read_flow_run(UUID(run_id)).state
+
+
+def wait_suspended(run_id: str) -> None:
+    wait_until(lambda: run_state(run_id).name == "Suspended", 60, "the run to suspend")
+
+
+def wait_final(run_id: str) -> Any:
+    return wait_until(lambda: (s := run_state(run_id)).is_final() and s, 90, "the run to end")
+
+
+def task_run_states(run_id: str, name: str) -> list[str]:
+    """The state names of the run's task runs called `name-...` (one per call)."""
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(run_id)]))
+        )
+    return sorted(r.state.name for r in runs if r.name.startswith(f"{name}-"))
+
+
+def messages_of(member: str, kind: str) -> list[Any]:
+    return [m for m in inbox.messages(TEAM, member) if m.type == kind]
+
+
+def test_a_suspended_plan_survives_a_server_restart_and_resumes_with_the_decision(
+    team: tuple[Server, dict[str, str]],
+) -> None:
+    server, env = team
+    asked = request(env)
+    run_id, request_id = asked["flowRunId"], asked["requestId"]
+    wait_suspended(run_id)
+    # Suspended, the run holds no process: the worker is free, and the server may go away
+    # for longer than a Prefect client retries (about a minute for an in-process pause).
+    stop(server.process)
+    time.sleep(5)
+    restart(server)
+    assert run_state(run_id).name == "Suspended"
+
+    decided = teamflow(["plan", "approve", request_id, "--feedback", "Go ahead"], env)
+    assert decided.returncode == 0, decided.stderr
+    state = wait_final(run_id)
+    assert state.is_completed(), state
+    row = approval.get_request(request_id)
+    assert (row.status, row.decided_by, row.feedback) == ("approved", "coordinator", "Go ahead")
+    # Run again from the start after the resume, the run did not redo finished work:
+    # the request was recorded once (the second call is a cache hit), one message each way.
+    assert task_run_states(run_id, "record-plan-request") == ["Cached", "Completed"]
+    assert len([m for m in messages_of("coordinator", "plan_approval_request")
+                if m.payload["requestId"] == request_id]) == 1  # fmt: skip
+    [response] = [m for m in messages_of("analyst-1", "plan_approval_response")
+                  if m.payload["requestId"] == request_id]  # fmt: skip
+    assert response.payload["approve"] is True
+
+
+def test_a_suspended_plan_is_decided_by_its_timeout_policy_at_the_deadline(
+    team: tuple[Server, dict[str, str]],
+) -> None:
+    _server, env = team
+    asked = request(env, "--timeout", "4", "--policy", "deny")
+    run_id, request_id = asked["flowRunId"], asked["requestId"]
+    wait_suspended(run_id)
+    # Nobody decides: teamflow's clock in the worker applies the policy and resumes the run.
+    state = wait_final(run_id)
+    assert state.is_completed(), state
+    row = approval.get_request(request_id)
+    assert (row.status, row.decided_by) == ("denied", "system")
+    assert row.cause == "no decision within 4 s: denied by the timeout policy"
+    assert row.decided_at >= row.deadline
+    [response] = [m for m in messages_of("analyst-1", "plan_approval_response")
+                  if m.payload["requestId"] == request_id]  # fmt: skip
+    assert response.payload["approve"] is False
+
+
+def test_a_suspended_plan_resumed_from_the_form_records_the_decision_of_the_form(
+    team: tuple[Server, dict[str, str]],
+) -> None:
+    """As the Prefect UI does: resume with the form's input, nothing recorded beforehand."""
+    from prefect.flow_runs import resume_flow_run
+
+    _server, env = team
+    asked = request(env)
+    run_id, request_id = asked["flowRunId"], asked["requestId"]
+    wait_suspended(run_id)
+    resume_flow_run(
+        UUID(run_id),
+        run_input={"approve": False, "feedback": "Add a check", "approver": "coordinator"},
+    )
+    assert wait_final(run_id).is_completed()
+    row = approval.get_request(request_id)
+    assert (row.status, row.decided_by, row.feedback) == ("denied", "coordinator", "Add a check")
+    assert task_run_states(run_id, "record-decision") == ["Completed"]
