@@ -14,8 +14,16 @@ in well under a second, and polls only as a slow fallback (`TEAMFLOW_PAUSE_POLL_
 default 60). It also looks at teamflow's database every couple of seconds, which costs the
 Prefect server nothing and catches a decision whose resume did not get through. A waiting
 run outlives a restart of the Prefect server: while the stream is down it polls, listens
-again as soon as it can, and takes a decision recorded meanwhile (`benchmarks/approval.py
---outage 90` shows it).
+again as soon as it can, and takes a decision recorded meanwhile.
+
+Long waits: a run started from a deployment waits in process for
+`TEAMFLOW_SUSPEND_AFTER_SECONDS` (default 60), then suspends: its worker is free, and its
+state lives in Prefect's database only. A resume (the form, or `teamflow plan approve`)
+reschedules it; a worker runs the flow again from the start, each task whose result was
+persisted returns it without running again, and each wait that fired before returns the
+input it got (the waits have keys, the same in every run of the flow). At the deadline,
+teamflow's clock in every `teamflow worker` (`flows.deadlines`) applies the policy and
+resumes the run.
 """
 
 from __future__ import annotations

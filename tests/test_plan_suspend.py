@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -152,6 +153,14 @@ def test_a_suspended_plan_survives_a_server_restart_and_resumes_with_the_decisio
     [response] = [m for m in messages_of("analyst-1", "plan_approval_response")
                   if m.payload["requestId"] == request_id]  # fmt: skip
     assert response.payload["approve"] is True
+    # The record outlives the run: delete it from Prefect, and teamflow still knows.
+    with get_client(sync_client=True) as client:
+        client.delete_flow_run(UUID(run_id))
+    listed = teamflow(["plan", "list", TEAM, "--json"], env)
+    [kept] = [p for p in json.loads(listed.stdout) if p["requestId"] == request_id]
+    assert (kept["status"], kept["decidedBy"], kept["flowRunId"]) == (
+        "approved", "coordinator", run_id,
+    )  # fmt: skip
 
 
 def test_a_suspended_plan_is_decided_by_its_timeout_policy_at_the_deadline(
@@ -191,3 +200,55 @@ def test_a_suspended_plan_resumed_from_the_form_records_the_decision_of_the_form
     row = approval.get_request(request_id)
     assert (row.status, row.decided_by, row.feedback) == ("denied", "coordinator", "Add a check")
     assert task_run_states(run_id, "record-decision") == ["Completed"]
+
+
+WAIT_IN_PROCESS = """
+import asyncio, json, sys
+from flows.plan_approval import plan_approval
+result = asyncio.run(plan_approval(team=sys.argv[1], member="analyst-1", plan="## Plan",
+                                   summary="outage", request_id=sys.argv[2], timeout_s=3600))
+print(json.dumps(result))
+"""
+
+
+def test_a_plan_waiting_in_process_outlives_a_server_outage_longer_than_client_retries(
+    team: tuple[Server, dict[str, str]], tmp_path: Path
+) -> None:
+    """A run that is not deployed cannot suspend: it waits in its process, through an
+    outage longer than its Prefect client retries (one retry here, so seconds stand in for
+    the minute of the default budget), and takes the decision made after the restart."""
+    server, env = team
+    request_id = approval.new_plan_id()
+    log, printed = tmp_path / "run.log", tmp_path / "result.json"
+    with log.open("wb") as err, printed.open("wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-c", WAIT_IN_PROCESS, TEAM, request_id],
+            env={**env, "PREFECT_CLIENT_MAX_RETRIES": "1"}, cwd=ROOT,
+            stdout=out, stderr=err, start_new_session=True,
+        )  # fmt: skip
+    try:
+        row = wait_until(
+            lambda: (r := _request(request_id)) and r.flow_run_id and r, 60, "the request"
+        )
+        wait_until(lambda: run_state(row.flow_run_id).is_paused(), 60, "the run to pause")
+        stop(server.process)
+        time.sleep(12)  # well past one retry's backoff
+        assert process.poll() is None, log.read_text()[-3000:]
+        restart(server)
+        decided = teamflow(["plan", "deny", request_id, "--feedback", "Smaller scope"], env)
+        assert decided.returncode == 0, decided.stderr
+        assert process.wait(timeout=60) == 0, log.read_text()[-3000:]
+    finally:
+        stop(process)
+    result = json.loads(printed.read_text())
+    assert (result["status"], result["decidedBy"], result["feedback"]) == (
+        "denied", "coordinator", "Smaller scope",
+    )  # fmt: skip
+    assert run_state(row.flow_run_id).is_completed()
+
+
+def _request(request_id: str) -> Any:
+    try:
+        return approval.get_request(request_id)
+    except approval.ApprovalError:
+        return None
