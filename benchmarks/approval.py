@@ -103,7 +103,19 @@ def main() -> None:
         help="instead: stop the Prefect server under a waiting run for SECONDS, restart it, "
         "and time the decision that follows",
     )
+    parser.add_argument(
+        "--deadlines",
+        type=int,
+        default=None,
+        metavar="N",
+        help="instead: N suspended plan runs due at once; how late teamflow's clock and "
+        "Prefect's pause expiry end them (e.g. 250)",
+    )
+    parser.add_argument("--lead", type=float, default=30.0, help="seconds until they are due")
     args = parser.parse_args()
+    if args.deadlines is not None:
+        enforce_deadlines(args.deadlines, args.lead)
+        return
     if args.outage is not None:
         survive_outage(args.outage)
         return
@@ -262,18 +274,17 @@ def main() -> None:
             print(f"  {label:<48} {rate:6.2f} req/s   ({detail})")
 
 
-def survive_outage(seconds: float) -> None:
-    """A paused plan-approval run, the Prefect server stopped for `seconds` and restarted.
+def _real_server(home: Path) -> tuple[Any, Any]:
+    """`prefect server start` on a free port with its own home and SQLite database, and
+    this process pointed at it (and at a teamflow database under `home`).
 
-    Twice: once decided through `resume_flow_run` after the restart, once decided in
-    teamflow's database while the server is down (as `teamflow plan approve` does when it
-    cannot reach Prefect). Prints how long the run took to finish after the server was back.
+    Returns `start()` (waits until it is healthy; again after a stop: same port and data)
+    and `stop(server)`.
     """
     import signal
     import socket
     import subprocess
 
-    home = Path(tempfile.mkdtemp(prefix="teamflow-outage-"))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -308,6 +319,19 @@ def survive_outage(seconds: float) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, signal.SIGTERM)
         server.wait(60)
+
+    return start_server, stop_server
+
+
+def survive_outage(seconds: float) -> None:
+    """A paused plan-approval run, the Prefect server stopped for `seconds` and restarted.
+
+    Twice: once decided through `resume_flow_run` after the restart, once decided in
+    teamflow's database while the server is down (as `teamflow plan approve` does when it
+    cannot reach Prefect). Prints how long the run took to finish after the server was back.
+    """
+    home = Path(tempfile.mkdtemp(prefix="teamflow-outage-"))
+    start_server, stop_server = _real_server(home)
 
     server = start_server()
     try:
@@ -369,6 +393,168 @@ def survive_outage(seconds: float) -> None:
             )
     finally:
         stop_server(server)
+
+
+def enforce_deadlines(n: int, lead_s: float) -> None:
+    """`n` suspended plan-approval runs, all due at the same moment, nobody deciding.
+
+    teamflow: the clock of `teamflow worker` (`flows.deadlines.keep_time`) applies each
+    request's policy (deny) and resumes its run; printed: how late after the deadline the
+    decision was recorded (with its response in the member's inbox) and the run resumed.
+    Prefect: the same number of runs suspended with the same deadline as their pause
+    timeout; its pause-expiry service fails them (every 5 s, 200 runs per query); printed:
+    how late each became Failed. Nothing is executed: the runs are created suspended, as a
+    deployed `plan-approval` run leaves itself.
+    """
+    import logging
+    import math
+    from datetime import timedelta
+
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    home = Path(tempfile.mkdtemp(prefix="teamflow-deadlines-"))
+    start_server, stop_server = _real_server(home)
+    server = start_server()
+    try:
+        from prefect.client.orchestration import get_client
+        from prefect.states import Running, Suspended
+
+        from flows.deadlines import keep_time
+        from flows.plan_approval import PREFECT_PAUSE_MARGIN_S
+        from models import approval, db
+        from models import team as teams
+        from models.base import utcnow
+
+        db.upgrade()
+        teams.create_team("deadline-team", description="benchmark", lead="coordinator")
+        teams.add_member("deadline-team", "analyst-1", model="haiku", prompt="p")
+
+        async def running_runs(count: int, label: str) -> list[Any]:
+            """`count` runs of a new deployment, each Running."""
+            async with get_client() as client:
+                flow_id = await client.create_flow(flow=_named_flow(label))
+                deployment = await client.create_deployment(flow_id=flow_id, name=label)
+                ids = []
+                limiter = asyncio.Semaphore(8)
+
+                async def one() -> None:
+                    async with limiter:
+                        run = await client.create_flow_run_from_deployment(deployment)
+                        await client.set_flow_run_state(run.id, Running(), force=True)
+                        ids.append(run.id)
+
+                await asyncio.gather(*(one() for _ in range(count)))
+                return ids
+
+        async def suspend(ids: list[Any], until: Any) -> None:
+            """Suspends the runs, `until` as Prefect's pause timeout."""
+            async with get_client() as client:
+                limiter = asyncio.Semaphore(8)
+
+                async def one(run_id: Any) -> None:
+                    async with limiter:
+                        timeout = math.ceil((until - utcnow()).total_seconds())
+                        await client.set_flow_run_state(
+                            run_id, Suspended(timeout_seconds=timeout, pause_key="plan")
+                        )
+
+                await asyncio.gather(*(one(i) for i in ids))
+            if utcnow() >= until:
+                raise SystemExit("suspending the runs took longer than --lead: raise it")
+
+        async def lateness_of_runs(ids: list[Any], due: Any, wanted: str) -> list[float]:
+            """Seconds past `due` at which each run reached the state named `wanted`.
+
+            Looks once a second with one query (a lighter load than the thing measured),
+            then reads each run's state history once.
+            """
+            from prefect.client.schemas.filters import (
+                FlowRunFilter,
+                FlowRunFilterId,
+                FlowRunFilterState,
+                FlowRunFilterStateName,
+            )
+
+            async with get_client() as client:
+                pending = set(ids)
+                while pending:
+                    await asyncio.sleep(1.0)
+                    for some in _chunks(sorted(pending), 200):  # the API's largest page
+                        there = await client.read_flow_runs(
+                            flow_run_filter=FlowRunFilter(
+                                id=FlowRunFilterId(any_=some),
+                                state=FlowRunFilterState(
+                                    name=FlowRunFilterStateName(any_=[wanted])
+                                ),
+                            ),
+                            limit=200,
+                        )
+                        pending -= {r.id for r in there}
+                late = []
+                for run_id in ids:
+                    states = await client.read_flow_run_states(run_id)
+                    hit = next(st for st in states if st.name == wanted)
+                    late.append((hit.timestamp - due).total_seconds())
+            return late
+
+        def fmt(values: list[float]) -> str:
+            return (
+                f"p50 {percentile(values, 0.5):5.2f} s   p95 {percentile(values, 0.95):5.2f} s"
+                f"   max {max(values):5.2f} s   (n={len(values)})"
+            )
+
+        async def teamflow_side() -> tuple[list[float], list[float]]:
+            ids = await running_runs(n, "bench-teamflow-deadlines")
+            due = utcnow() + timedelta(seconds=lead_s)
+            # Prefect's pause timeout lies past teamflow's deadline, as in the flow.
+            await suspend(ids, due + timedelta(seconds=PREFECT_PAUSE_MARGIN_S))
+            for run_id in ids:
+                timeout = (due - utcnow()).total_seconds()
+                approval.request_plan(
+                    "deadline-team", "analyst-1", "## Plan", "deadline", timeout=timeout,
+                    policy="deny", flow_run_id=str(run_id),
+                )  # fmt: skip
+            rows = approval.list_requests("deadline-team", pending=True)
+            spread = (max(r.deadline for r in rows) - min(r.deadline for r in rows)).total_seconds()
+            print(f"  {len(rows)} requests waiting, their deadlines within {spread:.2f} s")
+            async with asyncio.TaskGroup() as group:
+                clock = group.create_task(keep_time())
+                resumed = await lateness_of_runs(ids, due, "Resuming")
+                clock.cancel()
+            decided = [
+                (r.decided_at - r.deadline).total_seconds()
+                for r in approval.list_requests("deadline-team")
+            ]
+            return decided, resumed
+
+        async def prefect_side() -> list[float]:
+            ids = await running_runs(n, "bench-prefect-deadlines")
+            await suspend(ids, utcnow() + timedelta(seconds=lead_s))
+            async with get_client() as client:
+                expiry = (await client.read_flow_run(ids[0])).state.state_details.pause_timeout
+            return await lateness_of_runs(ids, expiry, "Failed")
+
+        print(f"{n} suspended plan-approval runs, all due at once, nobody deciding:")
+        decided, resumed = asyncio.run(teamflow_side())
+        print(f"  teamflow clock: decided (denied, response sent)  {fmt(decided)}")
+        print(f"  teamflow clock: run resumed                      {fmt(resumed)}")
+        failed = asyncio.run(prefect_side())
+        print(f"  Prefect pause expiry: run failed                 {fmt(failed)}")
+    finally:
+        stop_server(server)
+
+
+def _chunks(items: list[Any], size: int) -> list[list[Any]]:
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def _named_flow(name: str) -> Any:
+    from prefect import flow
+
+    @flow(name=name)
+    def placeholder() -> None:
+        """Never runs: its runs are created suspended."""
+
+    return placeholder
 
 
 if __name__ == "__main__":

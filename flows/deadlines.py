@@ -31,35 +31,57 @@ POLL_S = 1.0
 RECONCILE_S = 15.0
 """How often suspended runs are matched against decisions made without resuming them."""
 RESUMING_AT_ONCE = 8
+PAGE = 200
+"""The most runs one Prefect API query returns."""
 
 logger = logging.getLogger("teamflow.deadlines")
 
 
 async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCILE_S) -> None:
-    """Applies timeout policies at their deadlines and resumes what they decided; forever."""
+    """Applies timeout policies at their deadlines and resumes what they decided; forever.
+
+    Resuming runs talks to Prefect and may take seconds for hundreds of runs; it happens
+    beside the clock, so the next deadline is never kept waiting for it.
+    """
     poll_s = poll_s or float(os.environ.get("TEAMFLOW_DEADLINE_POLL_SECONDS") or POLL_S)
-    last_reconcile = -reconcile_s
-    while True:
-        try:
-            await tick()
-            if anyio.current_time() - last_reconcile >= reconcile_s:
-                last_reconcile = anyio.current_time()
-                await resume_decided_suspended_runs()
-        except Exception as exc:  # the database or Prefect is away: try again next round
-            logger.warning("teamflow clock: %s", exc)
-        await anyio.sleep(await _until_next(poll_s))
+    send, receive = anyio.create_memory_object_stream[list[str]](max_buffer_size=1000)
+
+    async def resumer() -> None:
+        async for runs in receive:
+            try:
+                await resume_suspended(runs)
+            except Exception as exc:  # Prefect is away: the reconciliation catches up
+                logger.warning("teamflow clock: resuming %d run(s): %s", len(runs), exc)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(resumer)
+        last_reconcile = -reconcile_s
+        while True:
+            try:
+                acted = await tick()
+                if acted:
+                    runs = await anyio.to_thread.run_sync(approval.decided_with_runs, acted)
+                    await send.send(runs)
+                if anyio.current_time() - last_reconcile >= reconcile_s:
+                    last_reconcile = anyio.current_time()
+                    group.start_soon(_reconcile)
+            except Exception as exc:  # the database is away: try again next round
+                logger.warning("teamflow clock: %s", exc)
+            await anyio.sleep(await _until_next(poll_s))
+
+
+async def _reconcile() -> None:
+    try:
+        await resume_decided_suspended_runs()
+    except Exception as exc:
+        logger.warning("teamflow clock: %s", exc)
 
 
 async def tick() -> list[str]:
-    """One round: the policy of every due request applied, the runs decided resumed.
-
-    Returns the ids of the requests acted on.
-    """
+    """Applies the policy of every due request; returns the ids of those acted on."""
     acted = await anyio.to_thread.run_sync(lambda: approval.expire_due())
     if acted:
         logger.info("teamflow clock: timeout policy applied to %d plan(s)", len(acted))
-        runs = await anyio.to_thread.run_sync(lambda: approval.decided_with_runs(acted))
-        await resume_suspended(runs)
     return acted
 
 
@@ -71,42 +93,45 @@ async def _until_next(poll_s: float) -> float:
 
 
 async def resume_suspended(run_ids: list[str]) -> int:
-    """Reschedules those of `run_ids` that are suspended; returns how many.
+    """Reschedules those of `run_ids` that are suspended, as Prefect's resume does but
+    without input: each run finds its request decided and finishes. Returns how many.
 
     A run waiting in process is left alone: it finds its decision in the database itself.
     """
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterId,
+        FlowRunFilterState,
+        FlowRunFilterStateName,
+    )
+    from prefect.states import Scheduled
 
     limiter = anyio.CapacityLimiter(RESUMING_AT_ONCE)
     resumed = 0
 
-    async def one(client: Any, run_id: str) -> None:
+    async def one(client: Any, run_id: UUID) -> None:
         nonlocal resumed
         async with limiter:
-            if await resume_if_suspended(client, run_id):
-                resumed += 1
+            result = await client.set_flow_run_state(run_id, Scheduled(name="Resuming"))
+            resumed += result.state is not None and result.state.is_scheduled()
 
-    async with get_client() as client, anyio.create_task_group() as group:
-        for run_id in run_ids:
-            group.start_soon(one, client, run_id)
+    async with get_client() as client:
+        ids = [UUID(r) for r in run_ids]
+        suspended: list[UUID] = []
+        for start in range(0, len(ids), PAGE):
+            runs = await client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(
+                    id=FlowRunFilterId(any_=ids[start : start + PAGE]),
+                    state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Suspended"])),
+                ),
+                limit=PAGE,
+            )
+            suspended += [r.id for r in runs]
+        async with anyio.create_task_group() as group:
+            for run_id in suspended:
+                group.start_soon(one, client, run_id)
     return resumed
-
-
-async def resume_if_suspended(client: Any, run_id: str) -> bool:
-    """Reschedules a suspended run, as Prefect's resume does, but without input: the run
-    finds its request decided and finishes."""
-    from prefect.exceptions import ObjectNotFound
-    from prefect.states import Scheduled
-
-    try:
-        run = await client.read_flow_run(UUID(run_id))
-    except ObjectNotFound:
-        return False  # deleted: the request and its decision stay in teamflow's tables
-    state = run.state
-    if state is None or not state.is_paused() or not state.state_details.pause_reschedule:
-        return False
-    result = await client.set_flow_run_state(UUID(run_id), Scheduled(name="Resuming"))
-    return result.state is not None and result.state.is_scheduled()
 
 
 async def resume_decided_suspended_runs() -> int:
@@ -128,6 +153,7 @@ async def resume_decided_suspended_runs() -> int:
             flow_run_filter=FlowRunFilter(
                 state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Suspended"]))
             ),
+            limit=PAGE,
         )
     ids = [str(r.id) for r in runs]
     decided = await anyio.to_thread.run_sync(lambda: approval.decided_runs(ids))

@@ -20,6 +20,7 @@ Team settings (`Team.settings`) that shape approvals and shutdowns, all optional
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -750,8 +751,15 @@ def _escalate(session: Session, request: PlanApproval, waited: str) -> bool:
     return True
 
 
-def expire_due(*, now: datetime | None = None, session: Session | None = None) -> list[str]:
+def expire_due(
+    *, now: datetime | None = None, session: Session | None = None, batch: int = 100
+) -> list[str]:
     """Applies the timeout policy to every due request (teamflow's clock, `flows.deadlines`).
+
+    Requests are decided `batch` to a transaction, so each inbox file is written once per
+    batch rather than once per response: hundreds of requests due at once end within a
+    second. A batch that fails is applied again one request at a time, and a request that
+    still fails is left pending (its own run, or the next round, tries again).
 
     Returns the ids of the requests it acted on (decided, or escalated to the lead).
     """
@@ -764,7 +772,26 @@ def expire_due(*, now: datetime | None = None, session: Session | None = None) -
                 .order_by(_due_at())
             )
         )
-    return [i for i in ids if apply_timeout(i, now=now) is not TimeoutAction.NONE]
+    if session is not None:
+        return [
+            i for i in ids if apply_timeout(i, now=now, session=session) is not TimeoutAction.NONE
+        ]
+    acted: list[str] = []
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        try:
+            with session_scope() as s:
+                acted += [
+                    i
+                    for i in chunk
+                    if apply_timeout(i, now=now, session=s) is not TimeoutAction.NONE
+                ]
+        except Exception:
+            for request_id in chunk:
+                with contextlib.suppress(Exception):
+                    if apply_timeout(request_id, now=now) is not TimeoutAction.NONE:
+                        acted.append(request_id)
+    return acted
 
 
 def _due_at() -> Any:
