@@ -186,6 +186,83 @@ def team_show(name: str, as_json: JsonFlag = False) -> None:
         typer.echo(f"  {m['name']:<20} {m['model']:<8} {m['color']:<8} {state}")
 
 
+@team_app.command("settings")
+def team_settings(
+    name: Annotated[str, typer.Argument(metavar="TEAM")],
+    approvers: Annotated[
+        str | None,
+        typer.Option(
+            "--approvers", help="Who may decide plans besides the lead: a,b ('' for none)."
+        ),
+    ] = None,
+    plan_timeout: Annotated[
+        float | None, typer.Option("--plan-timeout", help="Seconds a plan waits for a decision.")
+    ] = None,
+    plan_policy: Annotated[
+        str | None,
+        typer.Option("--plan-policy", help="When nobody decided in time: deny, approve, escalate."),
+    ] = None,
+    escalation: Annotated[
+        float | None,
+        typer.Option("--escalation", help="escalate: seconds after the alarm until a denial."),
+    ] = None,
+    max_revisions: Annotated[
+        int | None, typer.Option("--max-revisions", help="Times a member may ask for one plan.")
+    ] = None,
+    shutdown_timeout: Annotated[
+        float | None,
+        typer.Option("--shutdown-timeout", help="Seconds a shutdown waits, then forces."),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option("--concurrency", help="Assignees of one task working at once."),
+    ] = None,
+    reset: Annotated[
+        list[str] | None,
+        typer.Option("--reset", help="Restore a setting's default (e.g. plan_timeout_seconds)."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Shows a team's settings, or changes them (approvers, plan timeouts and policy, ...).
+
+    Without options it prints the settings as stored (defaults are not shown).
+    """
+    from models import team
+
+    changes: dict[str, object] = {
+        "approvers": [a.strip() for a in approvers.split(",") if a.strip()]
+        if approvers is not None
+        else None,
+        "plan_timeout_seconds": plan_timeout,
+        "plan_timeout_policy": plan_policy,
+        "plan_escalation_seconds": escalation,
+        "plan_max_revisions": max_revisions,
+        "shutdown_timeout_seconds": shutdown_timeout,
+        "concurrency": concurrency,
+    }
+    changes = {k: v for k, v in changes.items() if v is not None}
+    for key in reset or []:
+        if key in changes:
+            fail(f"setting {key} is both changed and reset")
+        changes[key] = None
+    if changes:
+        stored = team.update_settings(name, changes)
+    else:
+        from models.db import session_scope
+
+        with session_scope() as s:
+            stored = dict(team.get_team(s, name).settings or {})
+    if as_json:
+        emit(stored)
+        return
+    for key in team.TEAM_SETTINGS:
+        if key in stored:
+            value = stored[key]
+            typer.echo(f"{key} = {', '.join(value) if isinstance(value, list) else value}")
+    if not stored:
+        typer.echo(f"team {name} uses the default settings")
+
+
 @team_app.command("delete")
 def team_delete(
     name: str,

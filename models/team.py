@@ -516,6 +516,52 @@ def set_member(team: str, name: str, *, session: Session | None = None, **change
         return member
 
 
+TEAM_SETTINGS = {
+    "concurrency": "how many assignees of one team task work at once (default 4)",
+    "approvers": "who may decide plans besides the lead (names)",
+    "plan_timeout_seconds": "how long a plan waits for a decision (default 3600)",
+    "plan_timeout_policy": "deny, approve or escalate when nobody decided (default deny)",
+    "plan_escalation_seconds": "after an escalation, how long until a denial",
+    "plan_max_revisions": "how many times a member may ask, first plan included (default 3)",
+    "shutdown_timeout_seconds": "how long a shutdown waits for the member (default 300)",
+}
+"""teamflow's team settings (`Team.settings`), kept in the database, not in config.json."""
+
+
+def update_settings(team: str, changes: dict[str, Any], *, session: Session | None = None) -> dict:
+    """Changes a team's settings; a None value restores the default.
+
+    Every value is checked before anything is written: an unknown key, a malformed
+    approver name, a value out of range is refused with one line that names it.
+
+    Returns the team's settings as stored.
+    """
+    from types import SimpleNamespace
+
+    from models.approval import ApprovalSettings
+
+    unknown = sorted(set(changes) - set(TEAM_SETTINGS))
+    if unknown:
+        raise ValueError(f"unknown setting {unknown[0]!r} (known: {', '.join(TEAM_SETTINGS)})")
+    for name in changes.get("approvers") or []:
+        try:
+            check_member_name(name)
+        except ValueError as exc:
+            raise ValueError(f"setting approvers: {exc}") from None
+    for key in ("concurrency", "plan_max_revisions"):
+        value = changes.get(key)
+        if value is not None and (isinstance(value, bool) or value != int(value) or value < 1):
+            raise ValueError(f"setting {key} must be a whole number of at least 1, not {value}")
+    with session_scope(session) as s:
+        row = get_team(s, team)
+        merged = {**(row.settings or {}), **changes}
+        merged = {k: v for k, v in merged.items() if v is not None}
+        ApprovalSettings.of(SimpleNamespace(name=row.name, lead=row.lead, settings=merged))
+        row.settings = merged
+        s.add(row)
+        return dict(merged)
+
+
 def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | None = None) -> Any:
     """Records that a member is alive: its `agent_state` row's status and `last_heartbeat`."""
     from models.agent import AgentStateRow, AgentStateStatus

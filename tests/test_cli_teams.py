@@ -314,3 +314,36 @@ def test_other_bad_input_is_one_line_and_writes_nothing(
     refused(teamflow(env, "team", "delete", TEAM), "without --yes")
     refused(teamflow(env, *SEND), "Missing option '--text'", "msg send --help", code=2)
     assert everything(home) == before
+
+
+def test_team_settings_shape_who_decides_and_when_and_refuse_bad_values(
+    env: dict[str, str],
+) -> None:
+    from models import approval
+
+    research_team()
+    assert ok_json(env, "team", "settings", TEAM) == {}
+    stored = ok_json(
+        env, "team", "settings", TEAM, "--approvers", "reviewer,analyst-2",
+        "--plan-timeout", "600", "--plan-policy", "escalate", "--escalation", "120",
+        "--concurrency", "2",
+    )  # fmt: skip
+    assert stored["approvers"] == ["reviewer", "analyst-2"]
+    config = approval.settings_of(TEAM)
+    assert config.deciders == ("coordinator", "reviewer", "analyst-2")
+    assert (config.timeout_s, config.policy, config.escalation_s) == (600, "escalate", 120)
+    row = approval.request_plan(TEAM, "analyst-1", "## Plan", "plan")
+    assert (row.deadline - row.requested_at).total_seconds() == 600
+    assert (row.hard_deadline - row.deadline).total_seconds() == 120
+
+    before = ok_json(env, "team", "settings", TEAM)
+    refused(teamflow(env, "team", "settings", TEAM, "--plan-policy", "maybe"), "maybe", "deny")
+    refused(teamflow(env, "team", "settings", TEAM, "--approvers", "../x"), "'../x'")
+    refused(teamflow(env, "team", "settings", TEAM, "--plan-timeout", "0"), "plan_timeout")
+    refused(teamflow(env, "team", "settings", TEAM, "--reset", "colour"), "'colour'")
+    refused(teamflow(env, "team", "settings", "no-such-team"), "no-such-team")
+    assert ok_json(env, "team", "settings", TEAM) == before  # nothing half-written
+
+    after = ok_json(env, "team", "settings", TEAM, "--reset", "plan_escalation_seconds")
+    assert "plan_escalation_seconds" not in after
+    assert "plan_timeout_seconds = 600" in ok(env, "team", "settings", TEAM)
