@@ -556,15 +556,23 @@ def decide(
         request = _get_plan(s, request_id)
         config = ApprovalSettings.of(get_team(s, request.team))
         check_decider(request, decider, config)
-        status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
-        cause = f"{'approved' if approve else 'denied'} by {decider}"
-        if not approve and request.revision >= config.max_revisions:
-            status = ApprovalStatus.REJECTED
-            cause = (
-                f"denied by {decider} at revision {request.revision}: the revision limit "
-                f"({config.max_revisions}) is reached"
-            )
+        if approve:
+            return _close(s, request, ApprovalStatus.APPROVED, decider, feedback,
+                          f"approved by {decider}")  # fmt: skip
+        status, cause = _denial(request, config, f"denied by {decider}")
         return _close(s, request, status, decider, feedback, cause)
+
+
+def _denial(
+    request: PlanApproval, config: ApprovalSettings, cause: str
+) -> tuple[ApprovalStatus, str]:
+    """A denial: `denied` (the member may revise), or `rejected` at the revision limit."""
+    if request.revision < config.max_revisions:
+        return ApprovalStatus.DENIED, cause
+    return ApprovalStatus.REJECTED, (
+        f"{cause} at revision {request.revision}: the revision limit "
+        f"({config.max_revisions}) is reached"
+    )
 
 
 def _close(
@@ -692,21 +700,29 @@ def apply_timeout(
     request keeps waiting until its hard deadline, where it is denied. A request decided
     meanwhile is left alone (`NONE`).
     """
+    from models.team import get_team
+
     with session_scope(session) as s:
         request = _get_plan(s, request_id)
         action = timeout_action(request, now)
         waited = _seconds(request.deadline - request.requested_at)
         try:
             if action is TimeoutAction.DENY:
-                _close(s, request, ApprovalStatus.DENIED, SYSTEM, None,
-                       f"no decision within {waited}: denied by the timeout policy")  # fmt: skip
+                config = ApprovalSettings.of(get_team(s, request.team))
+                status, cause = _denial(
+                    request, config, f"no decision within {waited}: denied by the timeout policy"
+                )
+                _close(s, request, status, SYSTEM, None, cause)
             elif action is TimeoutAction.APPROVE:
                 _close(s, request, ApprovalStatus.APPROVED, SYSTEM, None,
                        f"no decision within {waited}: approved by the timeout policy")  # fmt: skip
             elif action is TimeoutAction.DENY_AFTER_ESCALATION:
                 total = _seconds(request.hard_deadline - request.requested_at)
-                _close(s, request, ApprovalStatus.DENIED, SYSTEM, None,
-                       f"no decision within {total}, escalated to the lead: denied")  # fmt: skip
+                config = ApprovalSettings.of(get_team(s, request.team))
+                status, cause = _denial(
+                    request, config, f"no decision within {total}, escalated to the lead: denied"
+                )
+                _close(s, request, status, SYSTEM, None, cause)
             elif action is TimeoutAction.ESCALATE and not _escalate(s, request, waited):
                 return TimeoutAction.NONE
         except AlreadyDecided:

@@ -523,3 +523,23 @@ def test_decided_requests_name_the_runs_to_resume() -> None:
     ids = [waiting.request_id, decided.request_id]
     assert approval.decided_with_runs(ids) == ["run-b"]
     assert approval.decided_runs(["run-a", "run-b", "run-c"]) == ["run-b"]
+
+
+def test_a_timeout_denial_at_the_revision_limit_rejects_the_plan() -> None:
+    research_team()
+    configure(plan_max_revisions=2, plan_timeout_seconds=60)
+    with freeze_time("2026-02-16T10:00:00Z") as clock:
+        first = approval.request_plan(TEAM, "analyst-1", PLAN, "plan")
+        approval.decide(first.request_id, approve=False, decider="coordinator", feedback="more")
+        second = approval.request_plan(
+            TEAM, "analyst-1", PLAN, "plan", previous_request_id=first.request_id
+        )
+        clock.tick(timedelta(minutes=1))
+        assert approval.expire_due() == [second.request_id]
+    second = approval.get_request(second.request_id)
+    assert second.status == ApprovalStatus.REJECTED
+    assert second.cause == (
+        "no decision within 60 s: denied by the timeout policy at revision 2: "
+        "the revision limit (2) is reached"
+    )
+    assert "do not ask again" in responses()[-1]["feedback"]
