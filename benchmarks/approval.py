@@ -11,9 +11,18 @@ poll as fallback) with Prefect's default `pause_flow_run` (a poll every 10 s):
   runs' process sends is counted by wrapping httpx).
 
 Runs against a temporary Prefect server on SQLite (`prefect_test_harness`) and a temporary
-teamflow database. Usage:
+teamflow database. Two more measurements, each on a real `prefect server start`:
+
+- `--deadlines 250`: 250 suspended plan runs due at the same moment; how late teamflow's
+  clock (`flows.deadlines`) decides them and resumes their runs, next to how late Prefect's
+  own pause expiry fails the same runs;
+- `--outage 75`: a plan waiting in process while the server is down for 75 s.
+
+Usage:
 
     .venv/bin/python benchmarks/approval.py [--approvals 20] [--waiting 50] [--window 60]
+    .venv/bin/python benchmarks/approval.py --deadlines 250 [--lead 30]
+    .venv/bin/python benchmarks/approval.py --outage 75
 """
 
 from __future__ import annotations
