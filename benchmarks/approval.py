@@ -294,6 +294,8 @@ def _real_server(home: Path) -> tuple[Any, Any]:
     import socket
     import subprocess
 
+    # A SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
