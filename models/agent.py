@@ -3,7 +3,8 @@ response), how an agent is configured and what it did (`000`), and their tables.
 
 - `002` `ChimeraResponse`: one step's answer (status, thoughts, actions, stop, response), v1
   and v2 in one model: v2 adds the `TASK_STARTED` status, an action's `task_id` and the
-  `context` block.
+  `context` block, whose `security_level` is one of `public < user < admin` (the seed's
+  example shows `user` and names no other; teamflow refuses any value outside this order).
 - `003` `ConversationMessage` / `Conversation`: the context given to the model each step,
   numbered `index` 0, 1, 2, ... with non-decreasing `turn`; the role decides the content shape.
 - `000` `AgentConfiguration` and `ExperienceLog`.
@@ -130,11 +131,31 @@ class Action(SnakeWireModel):
         return self.execution or Execution.SYNC
 
 
-class ActionContext(SnakeWireModel):
-    """v2 `context` block: which knowledge the step may draw on, and at what clearance."""
+class SecurityLevel(StrEnum):
+    """v2 `context.security_level`, lowest first. The seed shows only `user`; teamflow's
+    vocabulary is `public < user < admin`, and any other value is refused."""
 
-    knowledge_relics: list[str] = Field(description="Ids of the knowledge sources in scope")
-    security_level: str = Field(description="The clearance the step runs at, e.g. `user`")
+    PUBLIC = "public"
+    USER = "user"
+    ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        """Its place in the order: `public` 0, `user` 1, `admin` 2."""
+        return list(SecurityLevel).index(self)
+
+
+class ActionContext(SnakeWireModel):
+    """v2 `context` block: which knowledge the step may draw on, and at what clearance.
+
+    The `team-task` flow enforces it (see `flows/scope.py`): the step may use only the `000`
+    Knowledge Entries and resources whose ids `knowledge_relics` names.
+    """
+
+    knowledge_relics: list[str] = Field(
+        description="Ids of the knowledge entries and resources the step may use"
+    )
+    security_level: SecurityLevel = Field(description="The clearance the step runs at")
 
 
 class ChimeraResponse(SnakeWireModel):

@@ -5,6 +5,10 @@ knowledge entries, and `001` memories; their wire schemas and their tables.
 meaning (a context at project level has no `thread_id`, a top context no `parent_context`) is
 nullable, and written as `null`, never left out.
 
+The store functions (`add_resource`, `list_resources`, `add_knowledge`, `get_knowledge`,
+`knowledge_ids`) are what the `team-task` flow reads when a step's `002` `context` block names
+knowledge relics (see `flows/scope.py`).
+
 The `001` Memory object is a Weaviate object: only its id, type, content and scope are
 required; other keys may be left out, and one the wire writes as `null` stays `null` (the
 `memories` table records such keys in `explicit_nulls`), so a row gives back exactly the JSON
@@ -19,9 +23,10 @@ from typing import Annotated, Any, Self
 import sqlalchemy as sa
 from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator
 from sqlmodel import Field as SQLField
-from sqlmodel import SQLModel
+from sqlmodel import Session, SQLModel, select
 
 from models.base import SnakeWireModel, Timestamp, json_column, utc_column
+from models.db import session_scope
 from models.wire_support import row_values, wire_from_row
 
 Id = Annotated[str, Field(min_length=1)]
@@ -306,6 +311,68 @@ class KnowledgeEntryRow(SQLModel, table=True):
     def to_wire(self) -> KnowledgeEntry:
         """The row as the `000` Knowledge Entry it was built from."""
         return wire_from_row(KnowledgeEntry, self)
+
+
+# --- the store: resources and knowledge ----------------------------------------------------
+
+
+class KnowledgeError(ValueError):
+    """A refused knowledge store operation (e.g. an unknown id); one line for the user."""
+
+
+def _replace(session: Session, row: SQLModel, key: Any) -> None:
+    stored = session.get(type(row), key)
+    if stored is None:
+        session.add(row)
+    else:
+        for name in type(row).model_fields:
+            setattr(stored, name, getattr(row, name))
+    session.flush()
+
+
+def add_resource(
+    definition: ResourceDefinition, *, session: Session | None = None
+) -> ResourceDefinition:
+    """Stores `definition`, replacing a stored resource with the same `resource_id`."""
+    with session_scope(session) as s:
+        _replace(s, ResourceRow.from_wire(definition), definition.resource_id)
+        return definition
+
+
+def list_resources(*, session: Session | None = None) -> list[ResourceDefinition]:
+    """Every stored `000` Resource Definition, by `resource_id`."""
+    with session_scope(session) as s:
+        rows = s.exec(select(ResourceRow).order_by(ResourceRow.resource_id))  # type: ignore[arg-type]
+        return [row.to_wire() for row in rows]
+
+
+def add_knowledge(entry: KnowledgeEntry, *, session: Session | None = None) -> KnowledgeEntry:
+    """Stores `entry`, replacing a stored entry with the same `knowledge_id`."""
+    with session_scope(session) as s:
+        _replace(s, KnowledgeEntryRow.from_wire(entry), entry.knowledge_id)
+        return entry
+
+
+def get_knowledge(knowledge_id: str, *, session: Session | None = None) -> KnowledgeEntry:
+    """The stored Knowledge Entry `knowledge_id`; `KnowledgeError` if there is none."""
+    with session_scope(session) as s:
+        row = s.get(KnowledgeEntryRow, knowledge_id)
+        if row is None:
+            raise KnowledgeError(f"no knowledge entry {knowledge_id!r}")
+        return row.to_wire()
+
+
+def knowledge_ids(ids: list[str], *, session: Session | None = None) -> set[str]:
+    """Those of `ids` that are stored Knowledge Entries."""
+    if not ids:
+        return set()
+    with session_scope(session) as s:
+        found = s.exec(
+            select(KnowledgeEntryRow.knowledge_id).where(
+                KnowledgeEntryRow.knowledge_id.in_(set(ids))  # type: ignore[attr-defined]
+            )
+        )
+        return set(found)
 
 
 # --- 001 Memory ----------------------------------------------------------------------------

@@ -82,7 +82,7 @@ def chimera_responses(draw) -> dict:
         _ordered(
             {
                 "knowledge_relics": st.lists(identifiers, max_size=3),
-                "security_level": safe_text(1, 16),
+                "security_level": st.sampled_from(["public", "user", "admin"]),
             }
         ),
     )

@@ -131,6 +131,11 @@ BAD = [
         ("context", "security_level"),
         id="context-without-security-level",
     ),
+    pytest.param(
+        changed(CONTEXT, ("context", "security_level"), "root"),
+        ("context", "security_level"),
+        id="context-with-an-unknown-security-level",
+    ),
     pytest.param(changed(STARTED, ("priority",), "high"), ("priority",), id="unknown-key"),
 ]
 
