@@ -1,29 +1,63 @@
-"""How much a team task costs beyond its agent's own work.
+"""How much a team task costs beyond its agent's own work, and how many run per second.
 
-    .venv/bin/python benchmarks/team_task.py [--tasks 20] [--json]
+    .venv/bin/python benchmarks/team_task.py [--tasks 20] [--gap 0.5] [--sustained-tasks 40]
+                                             [--postgres [URL]] [--json]
 
-Runs `--tasks` team tasks whose one member's scripted agent finishes in its first step
-(no tools: the agent's own work is nil), so each task's wall time is teamflow's
-orchestration: claiming the task, the assignment notification, the flow and task runs, the
-step, the status files, metrics, the report artifacts and the lead's notification. Prints
-p50/p95 next to the target (p50 at most 0.25 s), and the same figures with one tool call
-per task. A temporary Prefect server (the test harness) and a temporary SQLite database
-are used and removed.
+1. Orchestration overhead. Runs `--tasks` team tasks in this process, one after another,
+   whose one member's scripted agent finishes in its first step (no tools: the agent's own
+   work is nil), so each task's wall time is teamflow's orchestration: the flow run, claiming
+   the task, the assignment notification, the step's task run, the status files, metrics,
+   the report artifacts and the lead's notification. The runs share one event loop and
+   Prefect's API clients, as runs in a `teamflow worker` do. A task starts `--gap` seconds
+   (not counted) after the previous one ended, so it meets a server done with the previous
+   task's events; back to back (`--gap 0`), Prefect's server on SQLite now and then answers
+   the next flow run's creation with 503 (a write of the previous run's events is under
+   way) and the client waits 2 s. Prints p50/p95 next to the target (p50 at most 0.25 s),
+   and the same figures with one tool call per task. A temporary Prefect server (Prefect's
+   test harness) and SQLite are used.
+2. Sustained throughput. A real Prefect server, teamflow's deployments and two
+   `teamflow worker` processes (what `tests/test_team_task_workers.py` starts). Runs of
+   the `team-task` deployment for `--sustained-tasks` tasks (one member, one tool call
+   each) are queued in the paused work pool, both workers start, the pool is resumed, and
+   the rate at which the tasks complete is printed: from the first run's start to the last
+   one's end, and after the first quarter (both workers busy: the steady state). SQLite
+   for both databases by default;
+   `--postgres` puts both on PostgreSQL (a fresh database and schema, dropped after; URL
+   default `TEAMFLOW_TEST_POSTGRES_URL`).
+
+Everything it creates is temporary and removed (processes stopped, databases dropped).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the test helpers start servers and workers
 
 TARGET_P50_S = 0.25
+TEAM = "bench-team"
+DEPLOYMENT = "team-task/team-task"
+FINISH = {"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True, "response": "ok"}
+ONE_TOOL = {
+    "status": "EXECUTING",
+    "thoughts": [],
+    "actions": [{"action": "read_csv_summary", "type": "tool", "params": {"path": "{path}"}}],
+    "stop": False,
+    "response": None,
+}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -31,78 +65,185 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=20)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-
-    home = Path(tempfile.mkdtemp(prefix="teamflow-bench-"))
-    os.environ["TEAMFLOW_HOME"] = str(home)
-    os.environ["TEAMFLOW_DATABASE_URL"] = f"sqlite:///{home / 'teamflow.db'}"
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
-
-    from prefect.testing.utilities import prefect_test_harness
-
-    from flows.team_task import team_task
+def _team(data: Path) -> None:
+    """The benchmark team: `idle` finishes at once, `worker` makes one tool call first."""
     from flows.tools import install_builtin_tools
     from models import db
     from models import team as teams
-    from models.task import create_task
 
     db.upgrade()
     install_builtin_tools()
-    teams.create_team("bench-team", description="benchmark", lead="lead")
-    finish = {"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True, "response": "ok"}
-    one_tool = {
-        "status": "EXECUTING",
-        "thoughts": [],
-        "actions": [{"action": "read_csv_summary", "type": "tool", "params": {"path": "{path}"}}],
-        "stop": False,
-        "response": None,
-    }
-    teams.add_member("bench-team", "idle", model="haiku", prompt="p",
-                     runtime={"kind": "scripted", "playbook": [finish]})  # fmt: skip
-    teams.add_member("bench-team", "worker", model="haiku", prompt="p",
-                     runtime={"kind": "scripted", "playbook": [one_tool, finish]})  # fmt: skip
-    data = home / "data.csv"
+    teams.create_team(TEAM, description="benchmark", lead="lead")
+    teams.add_member(TEAM, "idle", model="haiku", prompt="p",
+                     runtime={"kind": "scripted", "playbook": [FINISH]})  # fmt: skip
+    teams.add_member(TEAM, "worker", model="haiku", prompt="p",
+                     runtime={"kind": "scripted", "playbook": [ONE_TOOL, FINISH]})  # fmt: skip
     data.write_text("a,b\n1,2\n")
 
-    async def measure() -> dict[str, dict[str, float]]:
-        # One event loop, as in a long-lived worker: Prefect's API clients are reused.
-        warm = create_task("bench-team", title="warm-up", assignees=["idle"])
-        await team_task(str(warm.id))  # the first run pays for imports and first calls
-        figures: dict[str, dict[str, float]] = {}
-        for label, member in (("orchestration only", "idle"), ("with one tool call", "worker")):
-            times = []
-            for i in range(args.tasks):
-                task = create_task("bench-team", title=f"{label} {i}", assignees=[member],
-                                   params={"path": str(data)})  # fmt: skip
-                started = time.perf_counter()
-                result = await team_task(str(task.id))
-                times.append(time.perf_counter() - started)
-                if result["status"] != "completed":
-                    sys.exit(f"task {task.id} ended {result['status']}: {result['members']}")
-            figures[label] = {
-                "p50_s": round(statistics.median(times), 3),
-                "p95_s": round(_percentile(times, 0.95), 3),
-                "tasks_per_s": round(len(times) / sum(times), 2),
-            }
-        return figures
 
-    with prefect_test_harness():
-        figures = asyncio.run(measure())
+def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
+    """Part 1: per-task wall time in one process, orchestration only and with one tool."""
+    os.environ["TEAMFLOW_HOME"] = str(home)
+    os.environ["TEAMFLOW_DATABASE_URL"] = f"sqlite:///{home / 'teamflow.db'}"
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows.team_task import team_task
+    from flows.worker import api_clients
+    from models.task import create_task
+
+    data = home / "data.csv"
+    _team(data)
+
+    async def measure() -> dict[str, dict[str, float]]:
+        async with api_clients():  # as in a worker's thread: clients made once
+            warm = create_task(TEAM, title="warm-up", assignees=["idle"])
+            await team_task(str(warm.id))  # the first run pays for imports and first calls
+            figures: dict[str, dict[str, float]] = {}
+            for label, member in (("orchestration only", "idle"), ("with one tool call", "worker")):
+                times = []
+                for i in range(tasks):
+                    task = create_task(TEAM, title=f"{label} {i}", assignees=[member],
+                                       params={"path": str(data)})  # fmt: skip
+                    await asyncio.sleep(gap)
+                    started = time.perf_counter()
+                    result = await team_task(str(task.id))
+                    times.append(time.perf_counter() - started)
+                    if result["status"] != "completed":
+                        sys.exit(f"task {task.id} ended {result['status']}: {result['members']}")
+                figures[label] = {
+                    "p50_s": round(statistics.median(times), 3),
+                    "p95_s": round(_percentile(times, 0.95), 3),
+                    "tasks_per_s": round(len(times) / sum(times), 2),
+                }
+            return figures
+
+    with prefect_test_harness(server_startup_timeout=120):
+        return asyncio.run(measure())
+
+
+def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]:
+    """Part 2: tasks per second through the deployment with two `teamflow worker`s."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolUpdate
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect_server import prefect_server, wait_until
+    from teamflow_workers import POOL, postgres_databases, register_deployments, teamflow_workers
+
+    from flows import runner
+    from models import db
+    from models.task import create_task
+
+    home = tmp / "teamflow-home"
+    with contextlib.ExitStack() as stack:
+        if postgres_url:
+            prefect_url, teamflow_url = stack.enter_context(postgres_databases(postgres_url))
+        else:
+            prefect_url, teamflow_url = None, f"sqlite:///{home / 'teamflow.db'}"
+        os.environ["TEAMFLOW_HOME"] = str(home)
+        os.environ["TEAMFLOW_DATABASE_URL"] = teamflow_url
+        db.dispose_engines()
+        data = tmp / "data.csv"
+        _team(data)
+        server = stack.enter_context(prefect_server(tmp, prefect_url))
+        register_deployments(server, tmp / "deploy.log")
+        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api}))
+        client = stack.enter_context(get_client(sync_client=True))
+        # Every run is queued, and both workers are up, before the pool lets them take any:
+        # what is measured is how fast two workers get through a queue of team tasks, not
+        # how fast one client starts runs or a worker registers (both meet 503s from
+        # Prefect's server on SQLite while runs write).
+        client.update_work_pool(POOL, WorkPoolUpdate(is_paused=True))
+        run_ids = []
+        for i in range(tasks):
+            task = create_task(TEAM, title=f"sustained {i}", assignees=["worker"],
+                               params={"path": str(data)})  # fmt: skip
+            parameters = {"task_id": str(task.id), "team": TEAM}
+            run_ids.append(runner.start(DEPLOYMENT, parameters, require_worker=False).id)
+        shared = {"TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": teamflow_url}
+        stack.enter_context(teamflow_workers(server, tmp, 2, env=shared))
+        client.update_work_pool(POOL, WorkPoolUpdate(is_paused=False))
+
+        def finished() -> list | None:
+            runs = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=run_ids)),
+                limit=len(run_ids),
+            )
+            final = [r for r in runs if r.state is not None and r.state.is_final()]
+            return runs if len(final) == len(run_ids) else None
+
+        runs = wait_until(finished, 900, "every benchmark run to end", interval=0.5)
+    failed = [r.name for r in runs if not r.state.is_completed()]
+    if failed:
+        sys.exit(f"runs did not complete: {failed}")
+    first_start = min(r.start_time.timestamp() for r in runs)
+    ends = sorted(r.end_time.timestamp() for r in runs)
+    quarter = max(1, tasks // 4)
+    return {
+        "tasks": tasks,
+        "databases": "PostgreSQL" if postgres_url else "SQLite",
+        # Runs per worker process (the pid a run ran in), e.g. [21, 19].
+        "runs_per_worker": sorted(Counter(r.infrastructure_pid for r in runs).values()),
+        "overall_tasks_per_s": round(tasks / (ends[-1] - first_start), 2),
+        # After the first quarter of the tasks is done: both workers busy, the steady state.
+        "sustained_tasks_per_s": round((tasks - quarter) / (ends[-1] - ends[quarter - 1]), 2),
+        "p50_run_s": round(statistics.median(r.total_run_time.total_seconds() for r in runs), 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=20, help="tasks per overhead figure")
+    parser.add_argument("--gap", type=float, default=0.5, help="seconds between tasks")
+    parser.add_argument(
+        "--sustained-tasks", type=int, default=40, help="tasks for throughput (0: skip it)"
+    )
+    parser.add_argument(
+        "--postgres", nargs="?", const=os.environ.get("TEAMFLOW_TEST_POSTGRES_URL", ""),
+        default=None, metavar="URL", help="both databases on PostgreSQL (throughput part)",
+    )  # fmt: skip
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if args.postgres == "":
+        parser.error("--postgres needs a URL (or TEAMFLOW_TEST_POSTGRES_URL)")
+    for name in list(os.environ):
+        if name.startswith(("PREFECT_", "TEAMFLOW_")) and name != "TEAMFLOW_TEST_POSTGRES_URL":
+            del os.environ[name]
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ["DO_NOT_TRACK"] = "1"
+    os.environ["PREFECT_LOGGING_LEVEL"] = "ERROR"
+
+    tmp = Path(tempfile.mkdtemp(prefix="teamflow-bench-"))
+    try:
+        (tmp / "overhead").mkdir()
+        (tmp / "sustained").mkdir()
+        figures = overhead(args.tasks, tmp / "overhead", args.gap)
+        throughput = None
+        if args.sustained_tasks > 0:
+            throughput = sustained(args.sustained_tasks, tmp / "sustained", args.postgres)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
-        print(json.dumps({"target_p50_s": TARGET_P50_S, "figures": figures}, indent=2))
+        out = {"target_p50_s": TARGET_P50_S, "gap_s": args.gap, "figures": figures,
+               "sustained": throughput}  # fmt: skip
+        print(json.dumps(out, indent=2))
         return
-    print(f"team tasks, {args.tasks} each, one process, temporary Prefect server")
+    print(f"team tasks, {args.tasks} each, {args.gap} s apart, one process, temporary server")
     print(f"{'':<22}{'p50 s':>8}{'p95 s':>8}{'tasks/s':>9}")
     for label, f in figures.items():
         print(f"{label:<22}{f['p50_s']:>8}{f['p95_s']:>8}{f['tasks_per_s']:>9}")
     p50 = figures["orchestration only"]["p50_s"]
     verdict = "met" if p50 <= TARGET_P50_S else "NOT met"
     print(f"target: orchestration p50 at most {TARGET_P50_S} s: {verdict} ({p50} s)")
+    if throughput is None:
+        return
+    t = throughput
+    print(
+        f"sustained: two teamflow workers, {t['tasks']} team tasks (one tool call "
+        f"each), {t['databases']}: {t['sustained_tasks_per_s']} tasks/s after the first "
+        f"quarter, {t['overall_tasks_per_s']} tasks/s overall; runs per worker "
+        f"{t['runs_per_worker']}, p50 run {t['p50_run_s']} s"
+    )
 
 
 if __name__ == "__main__":

@@ -24,12 +24,14 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import anyio
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.utilities.annotations import quote
 
 from flows.runtimes import (
     ResultPending,
@@ -40,6 +42,7 @@ from flows.runtimes import (
     step_message,
     tool_result_message,
 )
+from flows.scope import READ_KNOWLEDGE, StepScope, read_knowledge, step_scope
 from models import inbox
 from models import team as teams
 from models.agent import (
@@ -82,6 +85,7 @@ class Work:
     approval_wait_s: float = 0.0
     response: str | None = None
     plan_approved: bool = False
+    denied_request: str | None = None
     feedback_id: str | None = None
     pending: set[asyncio.Task] = field(default_factory=set)
     started_at: Any = None
@@ -261,6 +265,15 @@ def _append(agent_id: str, conversation: str, message: ConversationMessage) -> N
         append_message(session=s, agent_id=agent_id, conversation_id=conversation, message=message)
 
 
+def _append_next(agent_id: str, conversation: str, message_for: Any) -> None:
+    """Appends `message_for(index, turn)`, made for the conversation's next place."""
+    with session_scope() as s:
+        current = load_conversation(session=s, agent_id=agent_id, conversation_id=conversation)
+        index, turn = _next(current)
+        message = message_for(index, turn)
+        append_message(session=s, agent_id=agent_id, conversation_id=conversation, message=message)
+
+
 def _unread(team: str, member: str) -> list[dict[str, Any]]:
     """The member's unread inbox entries, marked read (with their typed payloads)."""
     rows = inbox.messages(team, member, unread=True, mark_read=True)
@@ -292,6 +305,7 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
         if allowed is None or t.tool_id in allowed
     ]
     resources = runtime.get("resources")
+    clearance = runtime.get("security_level")  # the highest level its steps may claim
     conversation_id = _conversation_id(info["id"])
     await member_status(team, name, "running")
     started = time.monotonic()
@@ -315,9 +329,7 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
             )
 
     async def add(message_for: Any) -> None:
-        current = await anyio.to_thread.run_sync(_load, agent_id, conversation_id)
-        index, turn = _next(current)
-        await anyio.to_thread.run_sync(_append, agent_id, conversation_id, message_for(index, turn))
+        await anyio.to_thread.run_sync(_append_next, agent_id, conversation_id, message_for)
 
     task_brief = {k: info[k] for k in ("id", "title", "description", "params")}
     unread: list[dict[str, Any]] = []
@@ -343,7 +355,8 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
                 tools=tools,
                 inbox=unread,
             )
-            result = await agent_step(runtime, request, name, work.steps + 1)
+            # quote: Prefect need not walk the conversation and tools looking for futures.
+            result = await agent_step(quote(runtime), quote(request), name, work.steps + 1)
             if result is None:
                 # A result it needs is due from an ASYNC action. Once none is running, the
                 # inbox is looked at one more time before the step counts as failed.
@@ -356,8 +369,15 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
             work.steps += 1
             work.tokens += result.tokens
             response = result.response
+            # A v2 `context` block limits what this step may use (flows/scope.py).
+            scope = None
+            if response.context is not None:
+                scope = await anyio.to_thread.run_sync(
+                    partial(step_scope, resources=resources, clearance=clearance),
+                    response.context,
+                )
             response, stop, results = await _execute(
-                info, name, lead, response, work, plan_mode, resources
+                info, name, lead, response, work, plan_mode, resources, scope
             )
             turn_response = response
             await add(lambda i, t, r=turn_response: step_message(r, index=i, turn=t + 1))
@@ -398,8 +418,9 @@ async def _execute(
     work: Work,
     plan_mode: bool,
     resources: list[dict] | None,
+    scope: StepScope | None = None,
 ) -> tuple[ChimeraResponse, bool, list[ToolResult]]:
-    """Executes a step's actions.
+    """Executes a step's actions; with a `context` block (`scope`), only on what it names.
 
     Returns the response as recorded (ASYNC actions: `TASK_STARTED` with their task ids),
     whether the agent is done, and the results to hand back to it (SYNC tools, internal).
@@ -418,6 +439,15 @@ async def _execute(
                 )
                 actions.append(action)
                 continue
+            if scope is not None:
+                refusal = await anyio.to_thread.run_sync(
+                    _scope_refusal, scope, action.action, dict(action.params), team, name
+                )
+                if refusal:
+                    results.append(_refused(action.action, refusal))
+                    actions.append(action)
+                    continue
+                resources = scope.resources_in_force()
             work.tool_calls += 1
             if action.mode.value == "ASYNC":
                 task_id = action.task_id or str(uuid.uuid4())
@@ -435,6 +465,10 @@ async def _execute(
             actions.append(action)
             continue
         actions.append(action)
+        if action.action == READ_KNOWLEDGE:
+            params = dict(action.params)
+            results.append(await anyio.to_thread.run_sync(read_knowledge, params, scope))
+            continue
         stop = (
             await _internal(info, name, lead, action.action, dict(action.params), work, results)
             or stop
@@ -444,6 +478,20 @@ async def _execute(
         update["status"] = "TASK_STARTED"
     recorded = ChimeraResponse.model_validate({**response.to_wire(), **_wire(update)})
     return recorded, stop, results
+
+
+def _scope_refusal(
+    scope: StepScope, tool_id: str, params: dict[str, Any], team: str, member: str
+) -> str | None:
+    """Why the step's context refuses running `tool_id` with `params` (None: it may run)."""
+    from models.tool import get_tool
+
+    try:
+        definition = get_tool(tool_id)
+    except ValueError:
+        return None  # run_tool reports the unknown tool
+    refusals = scope.tool_refusals(definition, params, cwd=member_files(team, member))
+    return f"tool {tool_id} refused: {'; '.join(refusals)}" if refusals else None
 
 
 def _wire(update: dict[str, Any]) -> dict[str, Any]:
@@ -495,9 +543,14 @@ async def _internal(
             member=name,
             plan=str(params.get("plan", "")),
             summary=str(params.get("summary", info["title"])),
+            # Asking again after a denial is a revision of it: the team's limit counts.
+            previous_request_id=work.denied_request,
         )
         work.approval_wait_s += time.monotonic() - asked
         work.plan_approved = bool(decision.get("approve"))
+        work.denied_request = decision["requestId"] if decision["status"] == "denied" else None
+        if decision["status"] == "rejected":
+            raise StepError(f"plan {decision['requestId']} was rejected: {decision['cause']}")
         results.append(_succeeded(action, decision))
         return False
     if action == "create_task":
@@ -620,7 +673,6 @@ async def team_task(
     if not claimed:
         logger.warning("Task %s is %s already; nothing to do", task_id, info["status"])
         return {"task_id": task_id, "status": info["status"], "members": {}}
-    await _tag(f"team:{team}", *(f"member:{m}" for m in info["assignees"]))
     with session_scope() as s:
         limit = int(teams.get_team(s, team).settings.get("concurrency", DEFAULT_CONCURRENCY))
     gate = asyncio.Semaphore(max(1, limit))
@@ -632,10 +684,17 @@ async def team_task(
             work.started_at, work.ended_at = started, utcnow()
             return work
 
-    works = list(await asyncio.gather(*(bounded(m) for m in info["assignees"])))
+    # The run's tags are set while the members work: no round trip of its own.
+    tagging = asyncio.ensure_future(
+        _tag(f"team:{team}", *(f"member:{m}" for m in info["assignees"]))
+    )
+    try:
+        works = list(await asyncio.gather(*(bounded(m) for m in info["assignees"])))
+    finally:
+        await tagging
     ok = all(w.ok for w in works)
-    await wrap_up(info, works, ok)
-    await report(info, works, ok)
+    await wrap_up(quote(info), quote(works), ok)
+    await report(quote(info), quote(works), ok)
     return {
         "task_id": task_id,
         "status": "completed" if ok else "archived",

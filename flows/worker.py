@@ -9,7 +9,10 @@ this worker, still of type `process` and pulling from the same `teamflow` pool:
   as the fallback;
 - runs teamflow's own flows (deployment entrypoints under `flows/`) in a thread of this
   long-lived process, where Prefect and teamflow are imported already; any other
-  deployment in the pool runs as a subprocess, as the stock process worker runs it.
+  deployment in the pool runs as a subprocess, as the stock process worker runs it;
+- keeps each of those threads' event loop and Prefect API clients from one run to the next
+  (`FlowThreads`): a run that makes its own clients (one async, two sync) pays for three
+  SSL contexts, a CSRF token and new connections, about 0.1 s of CPU on a small machine.
 
 Every worker also keeps teamflow's clock for plan decisions (`flows.deadlines`): timeout
 policies act at their deadlines even for runs that are suspended or died.
@@ -21,10 +24,15 @@ stop too, and the automation `teamflow up` installs marks it Crashed.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import importlib
 import inspect
 import os
+import queue
 import signal
+import threading
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,8 +91,115 @@ def warm_up() -> list[str]:
     return [e for e in entrypoints if teamflow_flow(e) is not None]
 
 
+@contextlib.asynccontextmanager
+async def api_clients() -> AsyncIterator[None]:
+    """Prefect's API clients (async and sync), made once for every flow run inside.
+
+    Without it, every flow run makes its own: an SSL context each (loading certifi's bundle,
+    about 25 ms of CPU here), a CSRF token, new connections.
+    """
+    from prefect.context import AsyncClientContext, SyncClientContext
+
+    with SyncClientContext.get_or_create():
+        async with AsyncClientContext.get_or_create():
+            yield
+
+
+class FlowThreads:
+    """The threads teamflow's flow runs run in; each keeps its event loop and API clients.
+
+    A thread runs one flow run at a time, on an event loop it keeps from run to run (what a
+    run leaves behind on it is cancelled, as `asyncio.run` would), inside `api_clients()`.
+    Threads start as runs need them, up to `size`.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._jobs: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._busy = 0
+        self._lock = threading.Lock()
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` in one of the threads; a running call is waited for, even if cancelled."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        with self._lock:
+            self._busy += 1
+            if self._busy > len(self._threads) and len(self._threads) < self.size:
+                thread = threading.Thread(
+                    target=self._serve, name=f"teamflow-runs-{len(self._threads) + 1}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        self._jobs.put((fn, args, future))
+        try:
+            with anyio.CancelScope(shield=True):
+                return await asyncio.wrap_future(future)
+        finally:
+            with self._lock:
+                self._busy -= 1
+
+    def close(self, timeout: float = 10) -> None:
+        """Ends the threads once their runs are over (closing their clients and loops)."""
+        with self._lock:
+            threads, self._threads = self._threads, []
+        for _ in threads:
+            self._jobs.put(None)
+        for thread in threads:
+            thread.join(timeout)
+
+    def _serve(self) -> None:
+        with asyncio.Runner() as runner:
+            clients: contextlib.AbstractAsyncContextManager[None] | None = api_clients()
+            try:
+                runner.run(clients.__aenter__())
+            except Exception as exc:  # the server is away: each run makes its own clients
+                print(f"teamflow worker: API clients not kept ({exc!r})", flush=True)
+                clients = None
+            _this_thread.runner = runner
+            try:
+                while (job := self._jobs.get()) is not None:
+                    fn, args, future = job
+                    if not future.set_running_or_notify_cancel():
+                        continue
+                    try:
+                        future.set_result(fn(*args))
+                    except BaseException as exc:
+                        future.set_exception(exc)
+            finally:
+                _this_thread.runner = None
+                if clients is not None:
+                    runner.run(clients.__aexit__(None, None, None))
+
+
+_this_thread = threading.local()
+
+
+def _run_here(awaitable: Any) -> Any:
+    """Runs `awaitable` on this thread's kept event loop (`FlowThreads`), else on a new one."""
+
+    async def main() -> Any:
+        return await awaitable
+
+    runner: asyncio.Runner | None = getattr(_this_thread, "runner", None)
+    if runner is None:
+        return asyncio.run(main())
+    try:
+        return runner.run(main())
+    finally:
+        runner.run(_cancel_leftovers())
+
+
+async def _cancel_leftovers() -> None:
+    """Cancels the tasks a run left on the loop, as `asyncio.run` does when it ends."""
+    leftovers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for leftover in leftovers:
+        leftover.cancel()
+    await asyncio.gather(*leftovers, return_exceptions=True)
+
+
 def _execute(flow: Flow[..., Any], flow_run: FlowRun) -> None:
-    """Runs one flow run to its end in the calling thread (with its own event loop)."""
+    """Runs one flow run to its end in the calling thread (on its kept event loop, if any)."""
     from prefect.exceptions import Abort, Pause
     from prefect.flow_engine import run_flow
 
@@ -93,7 +208,7 @@ def _execute(flow: Flow[..., Any], flow_run: FlowRun) -> None:
             flow, flow_run=flow_run, return_type="state", error_logger=flow_run_logger(flow_run)
         )
         if inspect.isawaitable(outcome):
-            asyncio.run(outcome)
+            _run_here(outcome)
     except (Pause, Abort):
         # Signals, not failures: the run suspended (it runs again when resumed), or the
         # server told it to stop. Its state is set already; in a process it would exit.
@@ -114,6 +229,7 @@ class TeamflowWorker(ProcessWorker):
         kwargs.setdefault("limit", DEFAULT_LIMIT)
         super().__init__(*args, **kwargs)
         self._entrypoints: dict[Any, str | None] = {}
+        self.flow_threads = FlowThreads(self._limit or DEFAULT_LIMIT)
 
     async def run(
         self,
@@ -132,7 +248,7 @@ class TeamflowWorker(ProcessWorker):
         if due is not None:
             await anyio.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
         try:
-            await anyio.to_thread.run_sync(_execute, flow, flow_run)
+            await self.flow_threads.run(_execute, flow, flow_run)
         except Exception:
             self.get_flow_run_logger(flow_run).exception("teamflow worker: the run broke off")
             return ProcessWorkerResult(status_code=1, identifier=str(os.getpid()))
@@ -148,6 +264,32 @@ class TeamflowWorker(ProcessWorker):
         if infrastructure_pid.split(":")[-1] == str(os.getpid()):
             raise NotImplementedError("runs inside the teamflow worker are not killed")
         await super().kill_infrastructure(infrastructure_pid, configuration, grace_seconds)
+
+    async def _give_worker_labels_to_flow_run(self, flow_run_id: Any) -> None:
+        """Labels the run with this worker's name and pool: once, beside the run, not before.
+
+        Prefect's server on SQLite answers this request (a read, then a write, in one
+        deferred transaction) with 503 whenever another write lands in between, and
+        Prefect's client tries again 2 s, 4 s, 8 s later: the run would wait with it, and
+        under load the retries keep the server's write lock busier still. The labels only
+        say which worker took the run, so a run whose one try fails goes without them (on
+        PostgreSQL the try does not fail).
+        """
+        from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
+        label = super()._give_worker_labels_to_flow_run
+
+        async def give() -> None:
+            try:
+                with temporary_settings(updates={PREFECT_CLIENT_MAX_RETRIES: 0}):
+                    await label(flow_run_id)
+            except Exception as exc:
+                self._logger.debug("flow run %s left without labels: %r", flow_run_id, exc)
+
+        if self._runs_task_group is None:
+            await give()
+        else:
+            self._runs_task_group.start_soon(give)
 
     async def _entrypoint(self, flow_run: FlowRun) -> str | None:
         if flow_run.deployment_id is None:
@@ -203,11 +345,14 @@ async def serve(pool: str = POOL, *, name: str | None = None, limit: int = DEFAU
     here = ", ".join(in_process) or "no flows"
     print(f"teamflow worker: runs {here} in this process", flush=True)
     worker = TeamflowWorker(work_pool_name=pool, name=name, limit=limit)
-    async with anyio.create_task_group() as group:
-        group.start_soon(worker.listen_for_runs)
-        group.start_soon(keep_time)
-        await worker.start(printer=lambda *a, **k: print(*a, **k, flush=True))
-        group.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(worker.listen_for_runs)
+            group.start_soon(keep_time)
+            await worker.start(printer=lambda *a, **k: print(*a, **k, flush=True))
+            group.cancel_scope.cancel()
+    finally:
+        await anyio.to_thread.run_sync(worker.flow_threads.close)
 
 
 def run_until_signalled(pool: str = POOL, *, name: str | None = None, limit: int = 8) -> None:

@@ -489,13 +489,22 @@ def set_member_status(
     with session_scope(session) as s:
         agent = get_member(s, team, member).agent_id
         now = utcnow()
-        row = s.get(TaskStatusRow, (team, member))
+        # Locked for this transaction: runs of the member's tasks on other workers update
+        # the same row, and no count may be lost (SQLite: BEGIN IMMEDIATE locks already).
+        row = s.get(TaskStatusRow, (team, member), with_for_update=True)
         if row is None:
-            row = TaskStatusRow(
-                team=team, member=member, agent_id=agent, status=status.value,
-                started_at=now, last_active_at=now, tokens_used=0, tasks_completed=0,
-                avg_response_time=0,
-            )  # fmt: skip
+            try:
+                with s.begin_nested():
+                    s.add(
+                        TaskStatusRow(
+                            team=team, member=member, agent_id=agent, status=status.value,
+                            started_at=now, last_active_at=now, tokens_used=0,
+                            tasks_completed=0, avg_response_time=0,
+                        )
+                    )  # fmt: skip
+            except sa.exc.IntegrityError:
+                pass  # another worker made it first
+            row = s.get(TaskStatusRow, (team, member), with_for_update=True, populate_existing=True)
         if status is ExecutionStatus.RUNNING and row.status != ExecutionStatus.RUNNING.value:
             row.started_at = now
             row.completed_at = None

@@ -10,6 +10,7 @@ The store: `add_tool`, `get_tool`, `list_tools` (tool definitions) and `record_f
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Self
@@ -36,17 +37,31 @@ Identifier = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 """An id that is a key in a table: 1-255 characters (the seeds' VARCHAR(255))."""
 
 
+_CHECKED_SCHEMAS: set[str] = set()
+"""Schemas (as canonical JSON) that passed the metaschema check: every stored tool's schemas
+are read back on each `list_tools`/`get_tool`, and checking them again costs ~4 ms each."""
+_CHECKED_SCHEMAS_MAX = 4096
+
+
 def check_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """Returns `schema` if it is a valid JSON Schema, else raises `ValueError` saying where.
 
     Checked against Draft 2020-12, or against the draft the schema names in `$schema`.
     """
+    try:
+        key: str | None = json.dumps(schema, sort_keys=True)
+    except (TypeError, ValueError):
+        key = None
+    if key is not None and key in _CHECKED_SCHEMAS:
+        return schema
     validator = validator_for(schema, default=Draft202012Validator)
     try:
         validator.check_schema(schema)
     except SchemaError as exc:
         where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
         raise ValueError(f"not a valid JSON Schema at {where}: {exc.message}") from None
+    if key is not None and len(_CHECKED_SCHEMAS) < _CHECKED_SCHEMAS_MAX:
+        _CHECKED_SCHEMAS.add(key)
     return schema
 
 

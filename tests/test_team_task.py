@@ -206,3 +206,29 @@ def test_the_command_runtime_drives_a_member(team: str, tmp_path: Path) -> None:
     with session_scope() as s:
         row = s.query(TaskMetricsRow).filter_by(task_id=str(task.id)).one()
         assert row.tokens == 84
+
+
+def test_an_agent_asking_again_after_a_denial_revises_its_plan_up_to_the_limit(
+    team: str,
+) -> None:
+    """Nobody decides in time (the policy denies after 1 s): each new plan revises the
+    denied one, and past the team's `plan_max_revisions` the member is told no more."""
+    from models import approval
+
+    teams.update_settings(
+        TEAM, {"plan_timeout_seconds": 1, "plan_timeout_policy": "deny", "plan_max_revisions": 2}
+    )
+
+    def ask(n: int) -> dict:
+        params = {"plan": f"## Plan v{n}", "summary": f"plan v{n}"}
+        return _step([{"action": "request_plan_approval", "type": "internal", "params": params}])
+
+    _member("analyst-1", [ask(1), ask(2), ask(3), _step([], stop=True)], plan_mode_required=True)
+    task = create_task(TEAM, title="Revise", assignees=["analyst-1"])
+    result = _run(task.id)
+    assert result["status"] == "archived"
+    first, second = approval.list_requests(TEAM, member="analyst-1")
+    assert (first.status, first.revision, first.previous_request_id) == ("denied", 1, None)
+    assert (second.status, second.revision) == ("rejected", 2)
+    assert second.previous_request_id == first.request_id
+    assert f"plan {second.request_id} was rejected" in result["members"]["analyst-1"]["error"]

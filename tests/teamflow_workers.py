@@ -1,0 +1,137 @@
+"""teamflow's deployments and real `teamflow worker` processes, for tests and benchmarks.
+
+    with prefect_server(tmp) as server:
+        register_deployments(server, tmp / "deploy.log")
+        with teamflow_workers(server, tmp, count=2, env=extra) as workers:
+            ...
+
+`register_deployments` does what the README says to do without `teamflow up`: creates the
+`teamflow` process work pool and runs `prefect deploy --all` in this directory.
+`teamflow_workers` starts `teamflow worker` processes, each with its own PREFECT_HOME and log
+and in its own session, waits until each has started and the server sees it online, and
+stops their process groups when the block ends, also when it fails. `postgres_databases`
+makes a fresh PostgreSQL database for a Prefect server and a schema for teamflow, and drops
+both after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from prefect_server import ROOT, Server, start, stop, wait_until
+
+POOL = "teamflow"
+
+
+def register_deployments(server: Server, log: Path) -> None:
+    """The `teamflow` work pool and every deployment of `prefect.yaml`, on `server`."""
+    commands = [
+        ["work-pool", "create", POOL, "--type", "process"],
+        ["--no-prompt", "deploy", "--all", "--prefect-file", str(ROOT / "prefect.yaml")],
+    ]
+    for command in commands:
+        with log.open("ab") as out:
+            done = subprocess.run(
+                [sys.executable, "-m", "prefect", *command],
+                env=server.env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
+                stderr=subprocess.STDOUT, timeout=300, check=False,
+            )  # fmt: skip
+        assert done.returncode == 0, f"prefect {' '.join(command)}:\n{log.read_text()[-3000:]}"
+
+
+@dataclass
+class Worker:
+    name: str
+    process: subprocess.Popen
+    log: Path
+
+
+def online_workers(api: str, pool: str = POOL) -> set[str]:
+    """The names of the workers the server sees online in `pool`."""
+    response = httpx.post(f"{api}/work_pools/{pool}/workers/filter", json={}, timeout=10)
+    response.raise_for_status()
+    return {w["name"] for w in response.json() if w.get("status") == "ONLINE"}
+
+
+@contextlib.contextmanager
+def teamflow_workers(
+    server: Server,
+    tmp: Path,
+    count: int = 2,
+    *,
+    env: dict[str, str] | None = None,
+    limit: int | None = None,
+) -> Iterator[list[Worker]]:
+    """`count` `teamflow worker` processes on the `teamflow` pool of `server`, started.
+
+    Each has its own PREFECT_HOME and log under `tmp/worker-N/`; `env` adds to their
+    environment (e.g. TEAMFLOW_DATABASE_URL, a shared TEAMFLOW_HOME).
+    """
+    workers: list[Worker] = []
+    try:
+        for n in range(1, count + 1):
+            folder = tmp / f"worker-{n}"
+            (folder / "prefect-home").mkdir(parents=True, exist_ok=True)
+            worker_env = {**server.env, "PREFECT_HOME": str(folder / "prefect-home"), **(env or {})}
+            worker_env.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)  # the server's, not ours
+            name = f"worker-{n}-{uuid.uuid4().hex[:6]}"
+            args = ["worker", "--pool", POOL, "--name", name]
+            if limit is not None:
+                args += ["--limit", str(limit)]
+            log = folder / "worker.log"
+            workers.append(Worker(name, start(args, worker_env, log), log))
+
+        def all_ready() -> bool:
+            for worker in workers:
+                assert worker.process.poll() is None, (
+                    f"{worker.name} exited {worker.process.returncode}:\n"
+                    + worker.log.read_text()[-3000:]
+                )
+            # Set up (it says so once its registration went through) and seen online.
+            started = all(f"Worker '{w.name}' started!" in w.log.read_text() for w in workers)
+            return started and {w.name for w in workers} <= online_workers(server.api)
+
+        wait_until(all_ready, 120, "the teamflow workers to start", interval=0.5)
+        yield workers
+    finally:
+        for worker in workers:
+            stop(worker.process)
+
+
+@contextlib.contextmanager
+def postgres_databases(admin_url: str) -> Iterator[tuple[str, str]]:
+    """A new database for a Prefect server (asyncpg) and a schema for teamflow (psycopg).
+
+    Yields their URLs; drops both at the end, whatever happened.
+    """
+    import sqlalchemy as sa
+
+    url = sa.make_url(admin_url)
+    name = f"tf_prefect_{uuid.uuid4().hex[:10]}"
+    schema = f"tf_workers_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+            conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+        prefect_url = url.set(drivername="postgresql+asyncpg", database=name)
+        teamflow_url = url.update_query_dict({"options": f"-csearch_path={schema}"})
+        yield (
+            prefect_url.render_as_string(hide_password=False),
+            teamflow_url.render_as_string(hide_password=False),
+        )
+    finally:
+        from models import db
+
+        db.dispose_engines()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        admin.dispose()
