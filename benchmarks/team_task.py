@@ -21,9 +21,8 @@
    each) are queued in the paused work pool, both workers start, the pool is resumed, and
    the rate at which the tasks complete is printed: from the first run's start to the last
    one's end, and after the first quarter (both workers busy: the steady state). SQLite
-   for both databases by default;
-   `--postgres` puts both on PostgreSQL (a fresh database and schema, dropped after; URL
-   default `TEAMFLOW_TEST_POSTGRES_URL`).
+   for both databases by default; `--postgres` puts both on PostgreSQL (a fresh database
+   and schema, dropped after; URL default `TEAMFLOW_TEST_POSTGRES_URL`).
 
 Everything it creates is temporary and removed (processes stopped, databases dropped).
 """

@@ -127,6 +127,31 @@ def test_member_status_is_mirrored_to_task_status_json(home: Path) -> None:
     assert (data["status"], data["errorMessage"]) == ("error", "boom")
 
 
+def test_status_counts_every_completion_when_workers_update_a_member_at_once(home: Path) -> None:
+    """Runs of one member's tasks on several workers update its one status row: none is lost."""
+    research_team()
+    errors: list[BaseException] = []
+
+    def one_task() -> None:
+        try:
+            set_member_status(TEAM, "analyst-1", status=ExecutionStatus.RUNNING)
+            set_member_status(
+                TEAM, "analyst-1", status=ExecutionStatus.COMPLETE, tokens=10, completed=True
+            )
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one_task) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    data = json.loads((home / "tasks" / TEAM / "analyst-1" / "task-status.json").read_text())
+    assert data["status"] == "complete"
+    assert (data["metrics"]["tasks_completed"], data["metrics"]["tokens_used"]) == (8, 80)
+
+
 def test_log_of_a_member_without_steps(home: Path, db_url: str) -> None:
     research_team()
     env = {**os.environ, "TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": db_url}
