@@ -15,6 +15,11 @@ status (`tasks/{team}/{member}/task-status.json`), `output.log`, `artifacts/`, a
 `task_metrics` row and a `000` experience log per execution; the run shows a Markdown report
 and a table of the team's status in the Prefect UI. At the end the task is `completed` (or
 `archived` with the failures recorded) and the lead gets an `idle_notification`.
+
+Each agent step and each SYNC tool run is a Prefect task run. Claiming the task and closing
+it are one database transaction each, done in the flow itself; so is each step's reading of
+the inbox and recording of the conversation. That keeps a team task's cost beyond its
+agent's work near what any flow run costs (`benchmarks/team_task.py`).
 """
 
 from __future__ import annotations
@@ -95,8 +100,8 @@ class Work:
 # --- tasks: every read and write ------------------------------------------------------------
 
 
-def _task_info(task_id: str) -> dict[str, Any]:
-    row = get_task(task_id)
+def _task_info(task_id: str, session: Any = None) -> dict[str, Any]:
+    row = get_task(task_id, session=session)
     return {
         "id": str(row.id),
         "team": row.team,
@@ -111,34 +116,28 @@ def _task_info(task_id: str) -> dict[str, Any]:
     }
 
 
-def _lead(team: str) -> str:
-    with session_scope() as s:
-        return teams.get_team(s, team).lead
-
-
-@task(name="start-task", cache_policy=NO_CACHE)
-async def start_task(task_id: str) -> tuple[dict[str, Any], bool]:
+def claim(task_id: str) -> tuple[dict[str, Any], bool, int]:
     """Loads the task and claims it (pending -> in_progress, so of several runs exactly one
     works it); the claimant sends each assignee a `001` task_assignment notification.
 
-    Returns the task and whether this run claimed it.
+    One transaction: a notification that cannot be sent (an assignee shut down since) leaves
+    the task pending. Returns the task, whether this run claimed it, and the team's limit on
+    members working at once.
     """
-
-    def start() -> tuple[dict[str, Any], bool]:
-        info = _task_info(task_id)
+    with session_scope() as s:
+        info = _task_info(task_id, session=s)
         claimed = move_task(
-            uuid.UUID(task_id), to=TaskState.IN_PROGRESS, only_from={TaskState.PENDING}
+            uuid.UUID(task_id), to=TaskState.IN_PROGRESS, only_from={TaskState.PENDING}, session=s
         )
+        team = teams.get_team(s, info["team"])
         if claimed:
-            notify(info)
-        return info, claimed
+            notify(info, lead=team.lead, session=s)
+        limit = int(team.settings.get("concurrency", DEFAULT_CONCURRENCY))
+    return info, claimed, limit
 
-    return await anyio.to_thread.run_sync(start)
 
-
-def notify(info: dict[str, Any]) -> list[str]:
-    """Sends each assignee a `001` task_assignment notification."""
-    lead = _lead(info["team"])
+def notify(info: dict[str, Any], *, lead: str, session: Any = None) -> list[str]:
+    """Sends each assignee a `001` task_assignment notification from the lead."""
     payload: dict[str, Any] = {
         "task_id": info["id"],
         "task_description": info["description"] or info["title"],
@@ -147,18 +146,22 @@ def notify(info: dict[str, Any]) -> list[str]:
     }
     if info["deadline"]:
         payload["deadline"] = info["deadline"]
-    return [
-        inbox.send(
-            info["team"],
-            to=name,
-            sender=lead,
-            text=payload["task_description"],
-            summary=f"Task: {info['title']}",
-            type="task_assignment",
-            payload=payload,
-        ).message_id
-        for name in info["assignees"]
-    ]
+    rows = inbox.send_many(
+        info["team"],
+        [
+            {
+                "to": name,
+                "sender": lead,
+                "text": payload["task_description"],
+                "summary": f"Task: {info['title']}",
+                "type": "task_assignment",
+                "payload": payload,
+            }
+            for name in info["assignees"]
+        ],
+        session=session,
+    )
+    return [row.message_id for row in rows]
 
 
 async def member_status(team: str, member: str, status: str, **kwargs: Any) -> None:
@@ -255,29 +258,125 @@ def _conversation_id(task_id: str) -> str:
     return f"task-{task_id}"
 
 
-def _load(agent_id: str, conversation: str) -> list[ConversationMessage]:
+@dataclass
+class Assignee:
+    """What a member's work on a task needs to know of it, read once at the start."""
+
+    agent_id: str
+    runtime: dict[str, Any]
+    model: str
+    prompt: str
+    plan_mode: bool
+    lead: str
+    tools: list[Any]
+
+
+def _begin(info: dict[str, Any], name: str) -> Assignee:
+    """In one transaction: the member's settings and tools, its status `running`, and the
+    conversation's opening (the member's prompt, the lead's task) unless it has begun."""
+    from models.tool import list_tools
+
+    team = info["team"]
     with session_scope() as s:
-        return load_conversation(session=s, agent_id=agent_id, conversation_id=conversation)
+        row = teams.get_member(s, team, name, active=True)
+        runtime = dict(row.runtime or {})
+        allowed = runtime.get("tools")
+        member = Assignee(
+            agent_id=row.agent_id,
+            runtime=runtime,
+            model=row.model,
+            prompt=row.prompt,
+            plan_mode=bool(row.plan_mode_required),
+            lead=teams.get_team(s, team).lead,
+            tools=[t for t in list_tools(session=s) if allowed is None or t.tool_id in allowed],
+        )
+        set_member_status(team, name, status=ExecutionStatus.RUNNING, session=s)
+        conversation_id = _conversation_id(info["id"])
+        if not load_conversation(
+            session=s, agent_id=member.agent_id, conversation_id=conversation_id
+        ):
+            now = utcnow()
+            opening = [
+                {
+                    "index": 0,
+                    "turn": 0,
+                    "timestamp": now,
+                    "role": "system",
+                    "content": member.prompt,
+                },
+                {
+                    "index": 1,
+                    "turn": 0,
+                    "timestamp": now,
+                    "role": "user",
+                    "content": {
+                        "userid": member.lead,
+                        "text": info["description"] or info["title"],
+                    },
+                },
+            ]
+            for data in opening:
+                append_message(
+                    session=s,
+                    agent_id=member.agent_id,
+                    conversation_id=conversation_id,
+                    message=ConversationMessage.model_validate(data),
+                )
+    return member
 
 
-def _append(agent_id: str, conversation: str, message: ConversationMessage) -> None:
+def _append_all(session: Any, agent_id: str, conversation: str, makers: list[Any]) -> None:
+    """Appends `make(index, turn)` for each maker, each made for the conversation's next place."""
+    if not makers:
+        return
+    current = load_conversation(session=session, agent_id=agent_id, conversation_id=conversation)
+    index, turn = _next(current)
+    for make in makers:
+        message = make(index, turn)
+        append_message(
+            session=session, agent_id=agent_id, conversation_id=conversation, message=message
+        )
+        index, turn = index + 1, message.turn
+
+
+def _before_step(
+    team: str, name: str, agent_id: str, conversation: str
+) -> tuple[list[dict[str, Any]], list[ConversationMessage]]:
+    """The member's unread inbox entries, marked read, and the conversation the step sees:
+    ASYNC results that arrived join it, so later steps still see them. One transaction."""
     with session_scope() as s:
-        append_message(session=s, agent_id=agent_id, conversation_id=conversation, message=message)
+        rows = inbox.messages(team, name, unread=True, mark_read=True, session=s)
+        arrived = [{**r.entry_dict(), "payload": r.payload} for r in rows]
+        results = [
+            ToolResult.model_validate(entry["payload"])
+            for entry in arrived
+            if entry.get("type") == "tool_result" and entry.get("payload")
+        ]
+        _append_all(
+            s,
+            agent_id,
+            conversation,
+            [lambda i, t, r=result: tool_result_message(r, index=i, turn=t) for result in results],
+        )
+        return arrived, load_conversation(
+            session=s, agent_id=agent_id, conversation_id=conversation
+        )
 
 
-def _append_next(agent_id: str, conversation: str, message_for: Any) -> None:
-    """Appends `message_for(index, turn)`, made for the conversation's next place."""
+def _record_step(
+    agent_id: str, conversation: str, response: ChimeraResponse, results: list[ToolResult]
+) -> None:
+    """Appends the step's response (a new turn) and the results handed back to the agent."""
     with session_scope() as s:
-        current = load_conversation(session=s, agent_id=agent_id, conversation_id=conversation)
-        index, turn = _next(current)
-        message = message_for(index, turn)
-        append_message(session=s, agent_id=agent_id, conversation_id=conversation, message=message)
-
-
-def _unread(team: str, member: str) -> list[dict[str, Any]]:
-    """The member's unread inbox entries, marked read (with their typed payloads)."""
-    rows = inbox.messages(team, member, unread=True, mark_read=True)
-    return [{**r.entry_dict(), "payload": r.payload} for r in rows]
+        _append_all(
+            s,
+            agent_id,
+            conversation,
+            [lambda i, t: step_message(response, index=i, turn=t + 1)]
+            + [
+                lambda i, t, r=result: tool_result_message(r, index=i, turn=t) for result in results
+            ],
+        )
 
 
 def _next(conversation: list[ConversationMessage]) -> tuple[int, int]:
@@ -289,70 +388,32 @@ def _next(conversation: list[ConversationMessage]) -> tuple[int, int]:
 
 async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
     """Runs one member's agent on the task until it stops, fails, or runs out of steps."""
-    from models.tool import list_tools
-
     logger = get_run_logger()
     team, work = info["team"], Work(member=name)
-    with session_scope() as s:
-        member = teams.get_member(s, team, name, active=True)
-        agent_id, runtime = member.agent_id, dict(member.runtime or {})
-        model, prompt, plan_mode = member.model, member.prompt, bool(member.plan_mode_required)
-        lead = teams.get_team(s, team).lead
-    allowed = runtime.get("tools")
-    tools = [
-        t
-        for t in await anyio.to_thread.run_sync(list_tools)
-        if allowed is None or t.tool_id in allowed
-    ]
+    member = await anyio.to_thread.run_sync(_begin, info, name)
+    runtime, lead = member.runtime, member.lead
     resources = runtime.get("resources")
     clearance = runtime.get("security_level")  # the highest level its steps may claim
     conversation_id = _conversation_id(info["id"])
-    await member_status(team, name, "running")
     started = time.monotonic()
-
-    conversation = await anyio.to_thread.run_sync(_load, agent_id, conversation_id)
-    if not conversation:
-        now = utcnow()
-        opening = [
-            {"index": 0, "turn": 0, "timestamp": now, "role": "system", "content": prompt},
-            {
-                "index": 1,
-                "turn": 0,
-                "timestamp": now,
-                "role": "user",
-                "content": {"userid": lead, "text": info["description"] or info["title"]},
-            },
-        ]
-        for data in opening:
-            await anyio.to_thread.run_sync(
-                _append, agent_id, conversation_id, ConversationMessage.model_validate(data)
-            )
-
-    async def add(message_for: Any) -> None:
-        await anyio.to_thread.run_sync(_append_next, agent_id, conversation_id, message_for)
-
     task_brief = {k: info[k] for k in ("id", "title", "description", "params")}
     unread: list[dict[str, Any]] = []
     waited_after_last = False
     try:
         while work.steps < max_steps:
-            arrived = await anyio.to_thread.run_sync(_unread, team, name)
+            arrived, conversation = await anyio.to_thread.run_sync(
+                _before_step, team, name, member.agent_id, conversation_id
+            )
             unread += arrived
-            # ASYNC results become part of the conversation, so later steps still see them.
-            for entry in arrived:
-                if entry.get("type") == "tool_result" and entry.get("payload"):
-                    result = ToolResult.model_validate(entry["payload"])
-                    await add(lambda i, t, r=result: tool_result_message(r, index=i, turn=t))
-            conversation = await anyio.to_thread.run_sync(_load, agent_id, conversation_id)
             request = StepRequest(
                 team=team,
                 member=name,
-                agent_id=agent_id,
-                model=model,
-                prompt=prompt,
+                agent_id=member.agent_id,
+                model=member.model,
+                prompt=member.prompt,
                 task=task_brief,
                 conversation=conversation,
-                tools=tools,
+                tools=member.tools,
                 inbox=unread,
             )
             # quote: Prefect need not walk the conversation and tools looking for futures.
@@ -377,12 +438,11 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
                     response.context,
                 )
             response, stop, results = await _execute(
-                info, name, lead, response, work, plan_mode, resources, scope
+                info, name, lead, response, work, member.plan_mode, resources, scope
             )
-            turn_response = response
-            await add(lambda i, t, r=turn_response: step_message(r, index=i, turn=t + 1))
-            for tool_result in results:
-                await add(lambda i, t, r=tool_result: tool_result_message(r, index=i, turn=t))
+            await anyio.to_thread.run_sync(
+                _record_step, member.agent_id, conversation_id, response, results
+            )
             unread = []
             if response.response:
                 work.response = response.response
@@ -574,7 +634,7 @@ async def _internal(
 # --- the flow -------------------------------------------------------------------------------
 
 
-def record_execution(info: dict[str, Any], work: Work) -> None:
+def record_execution(info: dict[str, Any], work: Work, session: Any) -> None:
     """A `task_metrics` row and a `000` experience log for one member's execution."""
     from models.agent import ExperienceLog, ExperienceLogRow
 
@@ -592,7 +652,8 @@ def record_execution(info: dict[str, Any], work: Work) -> None:
             steps=work.steps,
             tool_calls=work.tool_calls,
             approval_wait_s=work.approval_wait_s,
-        )
+        ),
+        session=session,
     )
     log = ExperienceLog(
         log_id=str(uuid.uuid4()),
@@ -605,13 +666,52 @@ def record_execution(info: dict[str, Any], work: Work) -> None:
         created_at=ended_at,
         updated_at=ended_at,
     )
+    session.add(ExperienceLogRow.from_wire(log))
+
+
+def close(info: dict[str, Any], works: list[Work], ok: bool) -> list[dict[str, Any]]:
+    """In one transaction: each member's metrics and experience log, the task closed
+    (completed, or archived when a member failed), and the lead told: an
+    `idle_notification` per member, and a message for each failure.
+
+    Returns the rows of the team's status table (member, active, unread), as of the close.
+    """
+    from models.inbox import IdleNotification
+
+    team = info["team"]
     with session_scope() as s:
-        s.add(ExperienceLogRow.from_wire(log))
+        for work in works:
+            record_execution(info, work, s)
+        state = TaskState.COMPLETED if ok else TaskState.ARCHIVED
+        move_task(uuid.UUID(info["id"]), to=state, session=s)
+        lead = teams.get_team(s, team).lead
+        messages = []
+        for work in works:
+            if work.member == lead:
+                continue
+            note = IdleNotification.model_validate(
+                {
+                    "from": work.member,
+                    "idleReason": "task_complete" if work.ok else "available",
+                    "timestamp": utcnow(),
+                }
+            )
+            messages.append(inbox.payload_message(note, to=lead, sender=work.member))
+            if not work.ok:
+                text = f"Task {info['title']} failed: {work.error}"
+                messages.append(
+                    {"to": lead, "sender": work.member, "text": text, "summary": "task failed"}
+                )
+        inbox.send_many(team, messages, session=s)
+        status = teams.team_state(team, session=s)
+    return [
+        {"member": m, "active": m in status["active_members"], "unread": n}
+        for m, n in status["unread"].items()
+    ]
 
 
-@task(name="report", cache_policy=NO_CACHE)
-async def report(info: dict[str, Any], works: list[Work], ok: bool) -> None:
-    """The Markdown report and the team's status table, as Prefect artifacts."""
+def report_markdown(info: dict[str, Any], works: list[Work], ok: bool) -> str:
+    """The task's report: its outcome, and per member its steps, tool calls and answer."""
     lines = [
         f"# {info['title']}",
         "",
@@ -628,17 +728,26 @@ async def report(info: dict[str, Any], works: list[Work], ok: bool) -> None:
         ]
         if work.response:
             lines += [work.response, ""]
-    await acreate_markdown_artifact(
-        "\n".join(lines), key=f"task-{info['id']}"[:100], description=info["title"]
+    return "\n".join(lines)
+
+
+async def finish(info: dict[str, Any], works: list[Work], ok: bool) -> None:
+    """Closes the task (`close`) while the report's Markdown artifact is made; then the
+    table artifact of the team's status. Both show on the flow run in the Prefect UI."""
+    markdown = asyncio.ensure_future(
+        acreate_markdown_artifact(
+            report_markdown(info, works, ok),
+            key=f"task-{info['id']}"[:100],
+            description=info["title"],
+        )
     )
-    state = await anyio.to_thread.run_sync(teams.team_state, info["team"])
-    rows = [
-        {"member": m, "active": m in state["active_members"], "unread": n}
-        for m, n in state["unread"].items()
-    ]
-    await acreate_table_artifact(
-        rows, key=f"team-{info['team']}", description=f"{info['team']} status"
-    )
+    try:
+        rows = await anyio.to_thread.run_sync(close, info, works, ok)
+        await acreate_table_artifact(
+            rows, key=f"team-{info['team']}", description=f"{info['team']} status"
+        )
+    finally:
+        await markdown
 
 
 def _run_name() -> str:
@@ -651,6 +760,11 @@ def _run_name() -> str:
     except ValueError:
         return f"task {task_id[:8]}"
     return f"{info['team']}: {info['title'][:60]} ({', '.join(info['assignees'])})"
+
+
+def run_tags(team: str, assignees: list[str]) -> list[str]:
+    """The tags of a task's run: `team:{team}` and `member:{name}` per assignee."""
+    return [f"team:{team}", *(f"member:{m}" for m in assignees)]
 
 
 @flow(name=FLOW_NAME, flow_run_name=_run_name, persist_result=False)
@@ -667,14 +781,14 @@ async def team_task(
     Returns:
         The task's id, status and, per member, whether it succeeded, its steps and answer.
     """
+    from flows.plan_approval import tag_run
+
     logger = get_run_logger()
-    info, claimed = await start_task(task_id)
+    info, claimed, limit = await anyio.to_thread.run_sync(claim, task_id)
     team = info["team"]
     if not claimed:
         logger.warning("Task %s is %s already; nothing to do", task_id, info["status"])
         return {"task_id": task_id, "status": info["status"], "members": {}}
-    with session_scope() as s:
-        limit = int(teams.get_team(s, team).settings.get("concurrency", DEFAULT_CONCURRENCY))
     gate = asyncio.Semaphore(max(1, limit))
 
     async def bounded(name: str) -> Work:
@@ -684,17 +798,15 @@ async def team_task(
             work.started_at, work.ended_at = started, utcnow()
             return work
 
-    # The run's tags are set while the members work: no round trip of its own.
-    tagging = asyncio.ensure_future(
-        _tag(f"team:{team}", *(f"member:{m}" for m in info["assignees"]))
-    )
+    # The run that works the task gets its tags while the members work (no round trip of its
+    # own); a run that finds the task claimed already keeps just the tags it started with.
+    tagging = asyncio.ensure_future(tag_run(*run_tags(team, info["assignees"])))
     try:
         works = list(await asyncio.gather(*(bounded(m) for m in info["assignees"])))
     finally:
         await tagging
     ok = all(w.ok for w in works)
-    await wrap_up(quote(info), quote(works), ok)
-    await report(quote(info), quote(works), ok)
+    await finish(info, works, ok)
     return {
         "task_id": task_id,
         "status": "completed" if ok else "archived",
@@ -703,41 +815,3 @@ async def team_task(
             for w in works
         },
     }
-
-
-@task(name="wrap-up", cache_policy=NO_CACHE)
-async def wrap_up(info: dict[str, Any], works: list[Work], ok: bool) -> None:
-    """Records each member's metrics and experience log, closes the task (completed, or
-    archived when a member failed), and tells the lead: an `idle_notification` per member,
-    and a message for each failure."""
-    from models.inbox import IdleNotification
-
-    def send() -> None:
-        for work in works:
-            record_execution(info, work)
-        state = TaskState.COMPLETED if ok else TaskState.ARCHIVED
-        move_task(uuid.UUID(info["id"]), to=state)
-        team = info["team"]
-        lead = _lead(team)
-        for work in works:
-            if work.member == lead:
-                continue
-            note = IdleNotification.model_validate(
-                {
-                    "from": work.member,
-                    "idleReason": "task_complete" if work.ok else "available",
-                    "timestamp": utcnow(),
-                }
-            )
-            inbox.send_payload(team, to=lead, sender=work.member, payload=note)
-            if not work.ok:
-                text = f"Task {info['title']} failed: {work.error}"
-                inbox.send(team, to=lead, sender=work.member, text=text, summary="task failed")
-
-    await anyio.to_thread.run_sync(send)
-
-
-async def _tag(*tags: str) -> None:
-    from flows.plan_approval import tag_run
-
-    await tag_run(*tags)

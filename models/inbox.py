@@ -526,6 +526,27 @@ def broadcast(
         ]
 
 
+def payload_message(
+    payload: TeamPayload,
+    *,
+    to: str,
+    sender: str,
+    summary: str | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A typed message as `send`'s keywords (and a `send_many` item): its JSON is the
+    entry's `text`, its `type` the entry's type."""
+    return {
+        "to": to,
+        "sender": sender,
+        "text": payload.to_json(),
+        "summary": summary or payload.type.replace("_", " "),
+        "type": payload.type,
+        "metadata": metadata,
+        "payload": payload.model_dump(mode="json", by_alias=True),
+    }
+
+
 def send_payload(
     team: str,
     *,
@@ -537,17 +558,8 @@ def send_payload(
     session: Session | None = None,
 ) -> InboxRow:
     """Sends a typed message: its JSON is the entry's `text`, its `type` the entry's type."""
-    return send(
-        team,
-        to=to,
-        sender=sender,
-        text=payload.to_json(),
-        summary=summary or payload.type.replace("_", " "),
-        type=payload.type,
-        metadata=metadata,
-        payload=payload.model_dump(mode="json", by_alias=True),
-        session=session,
-    )
+    message = payload_message(payload, to=to, sender=sender, summary=summary, metadata=metadata)
+    return send(team, **message, session=session)
 
 
 def send_system_init(session: Session, team: str, member: str, prompt: str) -> InboxRow:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -129,6 +131,18 @@ def test_a_task_runs_once_even_if_started_twice(team: str) -> None:
     assert again["status"] == "completed"
 
 
+def test_a_task_whose_assignee_was_shut_down_stays_pending_and_unannounced(team: str) -> None:
+    _member("analyst-1", [_step([], stop=True, response="done")])
+    _member("analyst-2", [_step([], stop=True, response="done")])
+    task = create_task(TEAM, title="Too late", assignees=["analyst-1", "analyst-2"])
+    teams.set_member(TEAM, "analyst-2", is_active=False)
+    with pytest.raises(ValueError, match="analyst-2"):
+        _run(task.id)
+    # Claim and announcement are one transaction: nothing of either is left behind.
+    assert get_task(task.id).status == "pending"
+    assert [m.type for m in inbox.messages(TEAM, "analyst-1")].count("task_assignment") == 0
+
+
 def test_a_tool_that_exits_non_zero_fails_the_member_and_tells_the_lead(
     team: str, home: Path
 ) -> None:
@@ -232,3 +246,50 @@ def test_an_agent_asking_again_after_a_denial_revises_its_plan_up_to_the_limit(
     assert (second.status, second.revision) == ("rejected", 2)
     assert second.previous_request_id == first.request_id
     assert f"plan {second.request_id} was rejected" in result["members"]["analyst-1"]["error"]
+
+
+def _teamflow(*args: str) -> subprocess.CompletedProcess:
+    """The CLI as a user runs it, against this module's Prefect server and the test's database."""
+    from prefect.settings import PREFECT_API_URL
+
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()},
+        timeout=120,
+    )
+
+
+def test_the_task_commands_create_run_list_and_show_a_task(team: str) -> None:
+    _member("analyst-1", [_step([], stop=True, response="Q4 is up 12%")])
+    created = _teamflow(
+        "task", "create", TEAM, "--title", "Summarise Q4", "--assignee", "analyst-1", "--json"
+    )
+    assert created.returncode == 0, created.stderr
+    task_id = json.loads(created.stdout)["id"]
+
+    ran = _teamflow("task", "run", task_id, "--local", "--json")
+    assert ran.returncode == 0, ran.stderr
+    result = json.loads(ran.stdout)
+    assert result["status"] == "completed"
+    assert result["members"]["analyst-1"]["response"] == "Q4 is up 12%"
+
+    shown = json.loads(_teamflow("task", "show", task_id, "--json").stdout)
+    assert (shown["id"], shown["status"], shown["assignee_ids"]) == (
+        task_id, "completed", ["analyst-1"],
+    )  # fmt: skip
+    listed = json.loads(_teamflow("task", "list", TEAM, "--status", "completed", "--json").stdout)
+    assert [t["id"] for t in listed] == [task_id]
+
+    # A second run finds the task done and works nothing again.
+    again = json.loads(_teamflow("task", "run", task_id, "--local", "--json").stdout)
+    assert (again["status"], again["members"]) == ("completed", {})
+
+    for bad, named in (
+        (["task", "show", "../x"], "'../x'"),
+        (["task", "list", "no-team"], "no-team"),
+    ):
+        refused = _teamflow(*bad)
+        assert refused.returncode != 0
+        assert len(refused.stderr.strip().splitlines()) == 1 and named in refused.stderr
