@@ -8,13 +8,14 @@ recorded once, the member gets its `plan_approval_response` once, and the flow r
 Nobody deciding in time lets the team's timeout policy decide (deny, approve, or escalate
 to the lead and deny at a hard limit); teamflow keeps that time itself.
 
-The wait does not poll Prefect every 10 s as `pause_flow_run` does: the run listens on
+A resume does not wait for a poll as with `pause_flow_run` (every 10 s): the run listens on
 Prefect's event stream for its own `prefect.flow-run.Running` event, so a resume reaches it
-in well under a second, and polls only as a slow fallback (`TEAMFLOW_PAUSE_POLL_SECONDS`,
-default 60). It also looks at teamflow's database every couple of seconds, which costs the
-Prefect server nothing and catches a decision whose resume did not get through. A waiting
-run outlives a restart of the Prefect server: while the stream is down it polls, listens
-again as soon as it can, and takes a decision recorded meanwhile.
+in well under a second. It still reads its run every `TEAMFLOW_PAUSE_POLL_SECONDS` (default
+10), because the stream now and then loses an event; a resume from the form is then taken
+at the next read instead of at once. It also looks at teamflow's database every couple of
+seconds, which costs the Prefect server nothing and catches a decision whose resume did not
+get through. A waiting run outlives a restart of the Prefect server: while the stream is
+down it polls, listens again as soon as it can, and takes a decision recorded meanwhile.
 
 Long waits: a run started from a deployment waits in process for
 `TEAMFLOW_SUSPEND_AFTER_SECONDS` (default 60), then suspends: its worker is free, and its
@@ -55,8 +56,8 @@ from models.base import format_timestamp, utcnow
 
 FLOW_NAME = "plan-approval"
 DEPLOYMENT = f"{FLOW_NAME}/{FLOW_NAME}"
-DEFAULT_POLL_S = 60.0
-"""Fallback poll of the Prefect API while the event stream is quiet."""
+DEFAULT_POLL_S = 10.0
+"""Fallback poll of the Prefect API while the event stream is quiet (a lost event's delay)."""
 DEFAULT_CHECK_S = 2.0
 """How often a waiting run looks for its decision in teamflow's database."""
 DEFAULT_SUSPEND_AFTER_S = 60.0
