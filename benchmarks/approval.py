@@ -85,6 +85,16 @@ httpx.AsyncClient.send = _count(httpx.AsyncClient.send)  # type: ignore[method-a
 httpx.Client.send = _count(httpx.Client.send)  # type: ignore[method-assign]
 
 
+def _team(name: str) -> None:
+    """teamflow's tables, and a team `name` with lead `coordinator` and member `analyst-1`."""
+    from models import db
+    from models import team as teams
+
+    db.upgrade()
+    teams.create_team(name, description="benchmark", lead="coordinator")
+    teams.add_member(name, "analyst-1", model="haiku", prompt="p")
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -140,8 +150,7 @@ def main() -> None:
     from prefect.testing.utilities import prefect_test_harness
 
     from flows.plan_approval import PlanDecision, plan_approval, wait_for_input
-    from models import approval, db
-    from models import team as teams
+    from models import approval
 
     @flow(name="bench-teamflow-wait", persist_result=False)
     async def teamflow_wait(key: str) -> None:
@@ -210,9 +219,7 @@ def main() -> None:
             thread.join(60)
         return sum(counted.values()) / window, counted
 
-    db.upgrade()
-    teams.create_team("bench-team", description="benchmark", lead="coordinator")
-    teams.add_member("bench-team", "analyst-1", model="haiku", prompt="p")
+    _team("bench-team")
 
     def plan_flow_latencies(n: int) -> list[float]:
         done: dict[str, float] = {}
@@ -350,12 +357,9 @@ def survive_outage(seconds: float) -> None:
         from prefect.flow_runs import resume_flow_run
 
         from flows.plan_approval import plan_approval
-        from models import approval, db
-        from models import team as teams
+        from models import approval
 
-        db.upgrade()
-        teams.create_team("outage-team", description="benchmark", lead="coordinator")
-        teams.add_member("outage-team", "analyst-1", model="haiku", prompt="p")
+        _team("outage-team")
         print(f"a paused plan-approval run while the Prefect server is down for {seconds:g} s:")
         for how in ("resume_flow_run after the restart", "decided in the database meanwhile"):
             request_id = approval.new_plan_id()
@@ -431,13 +435,10 @@ def enforce_deadlines(n: int, lead_s: float) -> None:
 
         from flows.deadlines import keep_time
         from flows.plan_approval import PREFECT_PAUSE_MARGIN_S
-        from models import approval, db
-        from models import team as teams
+        from models import approval
         from models.base import utcnow
 
-        db.upgrade()
-        teams.create_team("deadline-team", description="benchmark", lead="coordinator")
-        teams.add_member("deadline-team", "analyst-1", model="haiku", prompt="p")
+        _team("deadline-team")
 
         async def running_runs(count: int, label: str) -> list[Any]:
             """`count` runs of a new deployment, each Running."""

@@ -124,10 +124,15 @@ def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]
     """Part 2: tasks per second through the deployment with two `teamflow worker`s."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolUpdate
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect_server import prefect_server, wait_until
-    from teamflow_workers import POOL, postgres_databases, register_deployments, teamflow_workers
+    from teamflow_workers import (
+        POOL,
+        ended_runs,
+        postgres_databases,
+        register_deployments,
+        teamflow_workers,
+    )
 
     from flows import runner
     from models import db
@@ -163,15 +168,9 @@ def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]
         stack.enter_context(teamflow_workers(server, tmp, 2, env=shared))
         client.update_work_pool(POOL, WorkPoolUpdate(is_paused=False))
 
-        def finished() -> list | None:
-            runs = client.read_flow_runs(
-                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=run_ids)),
-                limit=len(run_ids),
-            )
-            final = [r for r in runs if r.state is not None and r.state.is_final()]
-            return runs if len(final) == len(run_ids) else None
-
-        runs = wait_until(finished, 900, "every benchmark run to end", interval=0.5)
+        runs = wait_until(
+            lambda: ended_runs(client, run_ids), 900, "every benchmark run to end", interval=0.5
+        )
     failed = [r.name for r in runs if not r.state.is_completed()]
     if failed:
         sys.exit(f"runs did not complete: {failed}")

@@ -49,7 +49,7 @@ from models.knowledge import (
     knowledge_ids,
     list_resources,
 )
-from models.tool import ToolDefinition, ToolResult, ToolResultStatus
+from models.tool import ToolDefinition, ToolResult
 
 __all__ = [
     "DEFAULT_CLEARANCE",
@@ -200,31 +200,20 @@ def read_knowledge(params: dict[str, Any], scope: StepScope | None) -> ToolResul
     saying why (no such entry, or one the step's context does not name)."""
     knowledge_id = params.get("knowledge_id")
     if not isinstance(knowledge_id, str) or not knowledge_id:
-        return _failure("read_knowledge needs a knowledge_id param (a non-empty string)")
+        return ToolResult.failure(
+            READ_KNOWLEDGE, "read_knowledge needs a knowledge_id param (a non-empty string)"
+        )
     if scope is not None and knowledge_id not in scope.named:
-        return _failure(
+        return ToolResult.failure(
+            READ_KNOWLEDGE,
             f"knowledge entry {knowledge_id!r} is outside the step's context "
-            f"(knowledge_relics: {scope.relics})"
+            f"(knowledge_relics: {scope.relics})",
         )
     try:
         entry = get_knowledge(knowledge_id)
     except KnowledgeError as exc:
-        return _failure(str(exc))
-    return ToolResult(
-        tool_name=READ_KNOWLEDGE,
-        status=ToolResultStatus.SUCCESS,
-        result=entry.to_wire(),
-        error_message=None,
-    )
-
-
-def _failure(message: str) -> ToolResult:
-    return ToolResult(
-        tool_name=READ_KNOWLEDGE,
-        status=ToolResultStatus.FAILURE,
-        result=None,
-        error_message=message,
-    )
+        return ToolResult.failure(READ_KNOWLEDGE, str(exc))
+    return ToolResult.success(READ_KNOWLEDGE, entry.to_wire())
 
 
 # --- what params refer to -------------------------------------------------------------------

@@ -69,7 +69,7 @@ from models.task import (
     record_metrics,
     set_member_status,
 )
-from models.tool import ToolResult, ToolResultStatus
+from models.tool import ToolResult
 
 FLOW_NAME = "team-task"
 DEFAULT_MAX_STEPS = 25
@@ -198,12 +198,7 @@ async def run_tool(
         try:
             definition = get_tool(tool_id)
         except ValueError as exc:
-            result = ToolResult(
-                tool_name=tool_id,
-                status=ToolResultStatus.FAILURE,
-                result=None,
-                error_message=str(exc),
-            )
+            result = ToolResult.failure(tool_id, str(exc))
             return {"result": result.to_wire(), "feedback_id": None, "log": str(exc)}
         folder = member_files(team, member)
         run = execute(definition, params, cwd=folder, resources=resources or [])
@@ -495,7 +490,7 @@ async def _execute(
         if kind in ("tool", "script"):
             if plan_mode and not work.plan_approved:
                 results.append(
-                    _refused(action.action, "plan approval is required before tools run")
+                    ToolResult.failure(action.action, "plan approval is required before tools run")
                 )
                 actions.append(action)
                 continue
@@ -504,7 +499,7 @@ async def _execute(
                     _scope_refusal, scope, action.action, dict(action.params), team, name
                 )
                 if refusal:
-                    results.append(_refused(action.action, refusal))
+                    results.append(ToolResult.failure(action.action, refusal))
                     actions.append(action)
                     continue
                 resources = scope.resources_in_force()
@@ -561,18 +556,6 @@ def _wire(update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _succeeded(tool: str, result: dict[str, Any]) -> ToolResult:
-    return ToolResult(
-        tool_name=tool, status=ToolResultStatus.SUCCESS, result=result, error_message=None
-    )
-
-
-def _refused(tool: str, reason: str) -> ToolResult:
-    return ToolResult(
-        tool_name=tool, status=ToolResultStatus.FAILURE, result=None, error_message=reason
-    )
-
-
 async def _internal(
     info: dict[str, Any],
     name: str,
@@ -592,7 +575,7 @@ async def _internal(
         row = await anyio.to_thread.run_sync(
             lambda: inbox.send(team, to=to, sender=name, text=text, summary=params.get("summary"))
         )
-        results.append(_succeeded(action, {"messageId": row.message_id}))
+        results.append(ToolResult.success(action, {"messageId": row.message_id}))
         return False
     if action == "request_plan_approval":
         from flows.plan_approval import plan_approval
@@ -611,7 +594,7 @@ async def _internal(
         work.denied_request = decision["requestId"] if decision["status"] == "denied" else None
         if decision["status"] == "rejected":
             raise StepError(f"plan {decision['requestId']} was rejected: {decision['cause']}")
-        results.append(_succeeded(action, decision))
+        results.append(ToolResult.success(action, decision))
         return False
     if action == "create_task":
         from models.task import create_task
@@ -625,9 +608,9 @@ async def _internal(
                 creator=name,
             )
         )
-        results.append(_succeeded(action, {"task_id": str(row.id)}))
+        results.append(ToolResult.success(action, {"task_id": str(row.id)}))
         return False
-    results.append(_refused(action, f"unknown internal action {action!r}"))
+    results.append(ToolResult.failure(action, f"unknown internal action {action!r}"))
     return False
 
 

@@ -227,13 +227,7 @@ class ToolRun:
 
 
 def _failure(definition: ToolDefinition, message: str, **kwargs: Any) -> ToolRun:
-    result = ToolResult(
-        tool_name=definition.tool_id,
-        status=ToolResultStatus.FAILURE,
-        result=None,
-        error_message=message,
-    )
-    return ToolRun(result=result, **kwargs)
+    return ToolRun(result=ToolResult.failure(definition.tool_id, message), **kwargs)
 
 
 def run_tool(
@@ -321,12 +315,7 @@ def run_tool(
             + "; ".join(errors),
             **facts,
         )
-    return ToolRun(
-        result=ToolResult(
-            tool_name=name, status=ToolResultStatus.SUCCESS, result=result, error_message=None
-        ),
-        **facts,
-    )
+    return ToolRun(result=ToolResult.success(name, result), **facts)
 
 
 def _result_of(stdout: str) -> dict[str, Any]:

@@ -706,9 +706,9 @@ def apply_timeout(
         request = _get_plan(s, request_id)
         action = timeout_action(request, now)
         waited = _seconds(request.deadline - request.requested_at)
+        config = ApprovalSettings.of(get_team(s, request.team))
         try:
             if action is TimeoutAction.DENY:
-                config = ApprovalSettings.of(get_team(s, request.team))
                 status, cause = _denial(
                     request, config, f"no decision within {waited}: denied by the timeout policy"
                 )
@@ -718,7 +718,6 @@ def apply_timeout(
                        f"no decision within {waited}: approved by the timeout policy")  # fmt: skip
             elif action is TimeoutAction.DENY_AFTER_ESCALATION:
                 total = _seconds(request.hard_deadline - request.requested_at)
-                config = ApprovalSettings.of(get_team(s, request.team))
                 status, cause = _denial(
                     request, config, f"no decision within {total}, escalated to the lead: denied"
                 )

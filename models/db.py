@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session
@@ -123,6 +124,17 @@ def session_scope(session: Session | None = None) -> Iterator[Session]:
         # Outside the `try`: an error while committing (or in what runs after the commit,
         # such as the file mirror) must surface as itself, not as a failed rollback.
         new.commit()
+
+
+def replace_row(session: Session, row: Any, key: Any) -> None:
+    """Adds `row`, or copies its fields onto the stored row with primary key `key` (flushed)."""
+    stored = session.get(type(row), key)
+    if stored is None:
+        session.add(row)
+    else:
+        for name in type(row).model_fields:
+            setattr(stored, name, getattr(row, name))
+    session.flush()
 
 
 def alembic_config(url: str | None = None):

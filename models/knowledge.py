@@ -26,7 +26,7 @@ from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel, select
 
 from models.base import SnakeWireModel, Timestamp, json_column, utc_column
-from models.db import session_scope
+from models.db import replace_row, session_scope
 from models.wire_support import row_values, wire_from_row
 
 Id = Annotated[str, Field(min_length=1)]
@@ -320,22 +320,12 @@ class KnowledgeError(ValueError):
     """A refused knowledge store operation (e.g. an unknown id); one line for the user."""
 
 
-def _replace(session: Session, row: SQLModel, key: Any) -> None:
-    stored = session.get(type(row), key)
-    if stored is None:
-        session.add(row)
-    else:
-        for name in type(row).model_fields:
-            setattr(stored, name, getattr(row, name))
-    session.flush()
-
-
 def add_resource(
     definition: ResourceDefinition, *, session: Session | None = None
 ) -> ResourceDefinition:
     """Stores `definition`, replacing a stored resource with the same `resource_id`."""
     with session_scope(session) as s:
-        _replace(s, ResourceRow.from_wire(definition), definition.resource_id)
+        replace_row(s, ResourceRow.from_wire(definition), definition.resource_id)
         return definition
 
 
@@ -349,7 +339,7 @@ def list_resources(*, session: Session | None = None) -> list[ResourceDefinition
 def add_knowledge(entry: KnowledgeEntry, *, session: Session | None = None) -> KnowledgeEntry:
     """Stores `entry`, replacing a stored entry with the same `knowledge_id`."""
     with session_scope(session) as s:
-        _replace(s, KnowledgeEntryRow.from_wire(entry), entry.knowledge_id)
+        replace_row(s, KnowledgeEntryRow.from_wire(entry), entry.knowledge_id)
         return entry
 
 

@@ -31,7 +31,7 @@ from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel, select
 
 from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
-from models.db import session_scope
+from models.db import replace_row, session_scope
 
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 """An id that is a key in a table: 1-255 characters (the seeds' VARCHAR(255))."""
@@ -137,6 +137,21 @@ class ToolResult(SnakeWireModel):
     result: dict[str, Any] | None = Field(description="Success data; null on failure")
     error_message: str | None = Field(description="Failure reason; null on success")
 
+    @classmethod
+    def success(cls, tool_name: str, result: dict[str, Any]) -> Self:
+        return cls(
+            tool_name=tool_name, status=ToolResultStatus.SUCCESS, result=result, error_message=None
+        )
+
+    @classmethod
+    def failure(cls, tool_name: str, error_message: str) -> Self:
+        return cls(
+            tool_name=tool_name,
+            status=ToolResultStatus.FAILURE,
+            result=None,
+            error_message=error_message,
+        )
+
     @field_validator("error_message")
     @classmethod
     def _failure_says_why(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -240,14 +255,7 @@ def add_tool(definition: ToolDefinition, *, session: Session | None = None) -> T
     Adding the same file again is how a tool is updated, so adding is idempotent.
     """
     with session_scope(session) as s:
-        row = s.get(ToolDefinitionRow, definition.tool_id)
-        new = ToolDefinitionRow.from_wire(definition)
-        if row is None:
-            s.add(new)
-        else:
-            for field in ToolDefinitionRow.model_fields:
-                setattr(row, field, getattr(new, field))
-        s.flush()
+        replace_row(s, ToolDefinitionRow.from_wire(definition), definition.tool_id)
         return definition
 
 

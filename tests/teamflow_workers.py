@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from prefect_server import ROOT, Server, start, stop, wait_until
@@ -103,6 +104,18 @@ def teamflow_workers(
     finally:
         for worker in workers:
             stop(worker.process)
+
+
+def ended_runs(client: Any, run_ids: list[Any]) -> list[Any] | None:
+    """The flow runs `run_ids` (a sync Prefect client reads them) once every one has ended;
+    None while one has not (for `wait_until`)."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    runs = client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=run_ids)), limit=len(run_ids)
+    )
+    ended = [r for r in runs if r.state is not None and r.state.is_final()]
+    return runs if len(ended) == len(run_ids) else None
 
 
 @contextlib.contextmanager

@@ -14,16 +14,11 @@ from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import (
-    ArtifactFilter,
-    ArtifactFilterKey,
-    FlowRunFilter,
-    FlowRunFilterId,
-)
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_server import prefect_server, wait_until
 from sqlmodel import select
-from teamflow_workers import postgres_databases, register_deployments, teamflow_workers
+from teamflow_workers import ended_runs, postgres_databases, register_deployments, teamflow_workers
 
 from flows import runner
 from flows.demo_data import write_all
@@ -122,17 +117,10 @@ def test_twenty_team_tasks_on_two_workers_each_complete_exactly_once(
                 all_ids = [run_id for ids in runs.values() for run_id in ids]
 
                 with get_client(sync_client=True) as client:
-
-                    def finished() -> list | None:
-                        found = client.read_flow_runs(
-                            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=all_ids)),
-                            limit=len(all_ids),
-                        )
-                        done = [r for r in found if r.state is not None and r.state.is_final()]
-                        return found if len(done) == len(all_ids) else None
-
                     # A bound against hanging, not a speed target.
-                    flow_runs = wait_until(finished, 600, "every team-task run to end", 1)
+                    flow_runs = wait_until(
+                        lambda: ended_runs(client, all_ids), 600, "every team-task run to end", 1
+                    )
                     artifacts = client.read_artifacts(
                         artifact_filter=ArtifactFilter(
                             key=ArtifactFilterKey(any_=[f"task-{t}" for t in task_ids])

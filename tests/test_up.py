@@ -15,14 +15,12 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import pytest
-import sqlalchemy as sa
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -38,6 +36,7 @@ from prefect_server import (
     stop,
     wait_until,
 )
+from teamflow_workers import postgres_databases
 
 from flows import runner
 from flows.system_alert import DEPLOYMENT
@@ -244,47 +243,33 @@ def test_up_on_postgresql_runs_the_alert_deployment_to_completion(
     up_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Both databases on PostgreSQL, no code change: only the two URLs differ."""
-    admin_url = sa.make_url(POSTGRES_URL)
-    name = f"tf_prefect_{uuid.uuid4().hex[:10]}"
-    schema = f"tf_up_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    prefect_url = admin_url.set(drivername="postgresql+asyncpg", database=name)
-    teamflow_url = admin_url.update_query_dict({"options": f"-csearch_path={schema}"})
-    teamflow_url = teamflow_url.render_as_string(hide_password=False)
-    env = {
-        **up_env,
-        "TEAMFLOW_DATABASE_URL": teamflow_url,
-        "PREFECT_API_DATABASE_CONNECTION_URL": prefect_url.render_as_string(hide_password=False),
-    }
-    monkeypatch.setenv("TEAMFLOW_DATABASE_URL", teamflow_url)
-    process = start(["up"], env, tmp_path / "up.log")
-    pids: list[int] = []
-    try:
-        output = wait_for_up(process, tmp_path / "up.log")
-        pids = started_pids(output)
-        assert f"database {db.redact(env['PREFECT_API_DATABASE_CONNECTION_URL'])}" in output
-        research_team()
-        with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
-            started = runner.start(DEPLOYMENT, alert(1))
-            with get_client(sync_client=True) as client:
-                run = wait_until(
-                    lambda: (r := client.read_flow_run(started.id)).state.is_final() and r,
-                    60,
-                    "the alert run",
-                )
-        assert run.state.is_completed(), run.state
-        [message] = [m for m in inbox.messages(TEAM, "coordinator") if m.type == "system_alert"]
-        assert message.payload["alert_name"] == "tick-1"
-        stop(process)
-        assert not any(pid_alive(pid) for pid in pids)
-    finally:
-        stop(process)
-        kill_pids(pids)
-        db.dispose_engines()
-        with admin.connect() as conn:
-            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        admin.dispose()
+    with postgres_databases(POSTGRES_URL) as (prefect_url, teamflow_url):
+        env = {
+            **up_env,
+            "TEAMFLOW_DATABASE_URL": teamflow_url,
+            "PREFECT_API_DATABASE_CONNECTION_URL": prefect_url,
+        }
+        monkeypatch.setenv("TEAMFLOW_DATABASE_URL", teamflow_url)
+        process = start(["up"], env, tmp_path / "up.log")
+        pids: list[int] = []
+        try:
+            output = wait_for_up(process, tmp_path / "up.log")
+            pids = started_pids(output)
+            assert f"database {db.redact(prefect_url)}" in output
+            research_team()
+            with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
+                started = runner.start(DEPLOYMENT, alert(1))
+                with get_client(sync_client=True) as client:
+                    run = wait_until(
+                        lambda: (r := client.read_flow_run(started.id)).state.is_final() and r,
+                        60,
+                        "the alert run",
+                    )
+            assert run.state.is_completed(), run.state
+            [message] = [m for m in inbox.messages(TEAM, "coordinator") if m.type == "system_alert"]
+            assert message.payload["alert_name"] == "tick-1"
+            stop(process)
+            assert not any(pid_alive(pid) for pid in pids)
+        finally:
+            stop(process)
+            kill_pids(pids)
