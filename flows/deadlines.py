@@ -144,17 +144,24 @@ async def resume_decided_suspended_runs() -> int:
         FlowRunFilterState,
         FlowRunFilterStateName,
     )
+    from prefect.client.schemas.sorting import FlowRunSort
 
     from flows.plan_approval import FLOW_NAME
 
+    ids: list[str] = []
     async with get_client() as client:
-        runs = await client.read_flow_runs(
-            flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW_NAME])),
-            flow_run_filter=FlowRunFilter(
-                state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Suspended"]))
-            ),
-            limit=PAGE,
-        )
-    ids = [str(r.id) for r in runs]
+        while True:  # page by page: every suspended run, not just the first page
+            runs = await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW_NAME])),
+                flow_run_filter=FlowRunFilter(
+                    state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Suspended"]))
+                ),
+                sort=FlowRunSort.ID_DESC,
+                limit=PAGE,
+                offset=len(ids),
+            )
+            ids += [str(r.id) for r in runs]
+            if len(runs) < PAGE:
+                break
     decided = await anyio.to_thread.run_sync(lambda: approval.decided_runs(ids))
     return await resume_suspended(decided) if decided else 0

@@ -307,3 +307,49 @@ def test_cancelling_a_waiting_run_ends_its_wait(prefect_api: str) -> None:
     assert not run.thread.is_alive()
     assert flow_run(str(paused.id)).state.is_cancelled()
     assert approval.get_request("plan-cancel-1").status == ApprovalStatus.PENDING
+
+
+@sqlite_only
+def test_the_clock_resumes_every_decided_suspended_run_page_by_page(
+    prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Suspended runs whose request was decided while nobody resumed them (a decision made
+    while Prefect was away) are found across several pages of Prefect's API, and resumed."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.states import Running, Suspended
+
+    from flows import deadlines
+    from flows.plan_approval import plan_approval
+
+    monkeypatch.setattr(deadlines, "PAGE", 2)  # five runs take three pages
+    research_team()
+
+    async def suspended_runs(count: int) -> list[str]:
+        """`count` runs of a `plan-approval` deployment, suspended as a deployed run leaves
+        itself (only a deployment's run can suspend); none of them executes."""
+        async with get_client() as client:
+            flow_id = await client.create_flow(plan_approval)
+            deployment = await client.create_deployment(flow_id=flow_id, name="page-test")
+            ids = []
+            for _ in range(count):
+                run = await client.create_flow_run_from_deployment(deployment)
+                await client.set_flow_run_state(run.id, Running(), force=True)
+                await client.set_flow_run_state(run.id, Suspended(timeout_seconds=3600))
+                ids.append(str(run.id))
+            return ids
+
+    runs = asyncio.run(suspended_runs(5))
+    for n, run_id in enumerate(runs):
+        request = approval.request_plan(
+            TEAM, "analyst-1", PLAN, f"plan {n}", request_id=f"plan-page-{n}", flow_run_id=run_id
+        )
+        if n != 2:  # one stays undecided: its run stays suspended
+            approval.decide(request.request_id, approve=True, decider="coordinator")
+
+    assert asyncio.run(deadlines.resume_decided_suspended_runs()) == 4
+    states = {run_id: flow_run(run_id).state.name for run_id in runs}
+    assert states == {
+        run_id: ("Suspended" if n == 2 else "Resuming") for n, run_id in enumerate(runs)
+    }
