@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import http.server
+import json
 import os
 import signal
 import statistics
@@ -41,6 +42,8 @@ from teamflow_workers import postgres_databases
 from flows import runner
 from flows.system_alert import DEPLOYMENT
 from models import db, inbox
+from models import team as teams
+from models.task import get_task
 
 AUTH = "teamflow:s3cret"
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
@@ -152,6 +155,19 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         ticks = {m.payload["alert_name"] for m in inbox.messages(TEAM, "analyst-2")
                  if m.type == "system_alert"}  # fmt: skip
         assert ticks == {f"tick-{n}" for n in range(5)}
+
+        # `teamflow task run ID`, as the README shows it: the worker works the team task.
+        done = {"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True,
+                "response": "done"}  # fmt: skip
+        teams.add_member(TEAM, "runner", model="haiku", prompt="p",
+                         runtime={"kind": "scripted", "playbook": [done]})  # fmt: skip
+        created = teamflow(["task", "create", TEAM, "--title", "Up", "--assignee", "runner"], env)
+        assert created.returncode == 0, created.stderr
+        task_id = created.stdout.strip()
+        ran = teamflow(["task", "run", task_id, "--json"], env)
+        assert ran.returncode == 0, ran.stderr
+        assert json.loads(ran.stdout)["task_id"] == task_id
+        wait_until(lambda: get_task(task_id).status == "completed", 60, "the team task")
 
         # A second `teamflow up` reuses the server and adds a worker of its own.
         second = start(["up"], env, tmp_path / "up-2.log")
