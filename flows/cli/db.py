@@ -1,0 +1,32 @@
+"""`teamflow db`: the teamflow database's migrations."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from flows.cli.output import JsonFlag, emit, fail
+
+db_app = typer.Typer(help="The teamflow database: migrations.", no_args_is_help=True)
+
+
+@db_app.command("upgrade")
+def db_upgrade(
+    revision: Annotated[str, typer.Argument(help="Migration to go to.")] = "head",
+    as_json: JsonFlag = False,
+) -> None:
+    """Applies teamflow's database migrations (creates every table on a new database)."""
+    from models import db
+
+    settings = db.settings()
+    try:
+        db.upgrade(settings.database_url, revision)
+        current = db.current_revision(settings.database_url)
+    except db.DatabaseError as exc:
+        fail(str(exc))
+    url = db.redact(settings.database_url)
+    if as_json:
+        emit({"database": url, "revision": current})
+    else:
+        typer.echo(f"database {url} is at migration {current}")

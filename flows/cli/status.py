@@ -1,0 +1,78 @@
+"""`teamflow log`, `status` and `sync`: a member's conversation, a team's state, its
+inbox files taken in.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from flows.cli.output import JsonFlag, emit, fail
+
+
+def log(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    name: str,
+    task_id: Annotated[str | None, typer.Option("--task", help="Only this task's steps.")] = None,
+    color: Annotated[str, typer.Option("--color", help="auto, always or never.")] = "auto",
+    as_json: JsonFlag = False,
+) -> None:
+    """A member's conversation in the console format of seed 003."""
+    from flows.render import render
+    from models.agent import conversations_of
+    from models.db import session_scope
+    from models.team import get_member
+
+    if color not in ("auto", "always", "never"):
+        fail(f"--color {color!r} is not one of auto, always, never")
+    with session_scope() as s:
+        member = get_member(s, team_name, name)
+        agent, member_color = member.agent_id, member.color
+        found = conversations_of(session=s, agent_id=agent)
+    if task_id is not None:
+        found = {k: v for k, v in found.items() if k == f"task-{task_id}"}
+    if as_json:
+        emit({k: [m.to_wire() for m in v] for k, v in found.items()})
+        return
+    use = color == "always" or (color == "auto" and sys.stdout.isatty())
+    for conversation, messages in found.items():
+        typer.echo(f"── {conversation} ──\n")
+        typer.echo(render(messages, color=member_color if use else None))
+    if not found:
+        typer.echo(f"{agent} has no conversation yet")
+
+
+# --- status and sync -------------------------------------------------------------------------
+
+
+def status(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")], as_json: JsonFlag = False
+) -> None:
+    """The team's state (004 Export Team State) with unread counts per member."""
+    from models import team
+
+    state = team.team_state(team_name)
+    if as_json:
+        emit(state)
+        return
+    typer.echo(f"{state['team']} (created {state['created']})")
+    typer.echo(f"active members: {len(state['active_members'])} of {state['total_members']}")
+    for name, count in state["unread"].items():
+        typer.echo(f"  {name:<20} {count} unread")
+
+
+def sync(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")], as_json: JsonFlag = False
+) -> None:
+    """Takes in messages and read flags that others wrote into the team's inbox files."""
+    from models import inbox
+
+    report = inbox.sync(team_name)
+    if as_json:
+        emit({m: {"added": a, "marked_read": r} for m, (a, r) in report.items()})
+        return
+    added = sum(a for a, _ in report.values())
+    marked = sum(r for _, r in report.values())
+    typer.echo(f"took in {added} new messages and {marked} read flags")
