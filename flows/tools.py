@@ -7,7 +7,7 @@ ToolResult out.
   in a process group of its own. The params go in as JSON on stdin, and `{name}` inside an
   argv item is replaced by the param `name` (so a value is always one argument, whatever it
   holds). `{python}` is the Python running teamflow, `{tools_dir}` the folder of the built-in
-  tools. Other `{...}` text is left alone, so `awk '{print}'` keeps its braces.
+  tools (`flows/toolbox/`). Other `{...}` text is left alone, so `awk '{print}'` keeps its braces.
 - `elisp` tools run as `emacs --batch --eval FORM` (params on stdin as JSON too, and `{name}`
   in the form replaced by the value as a Lisp literal); without Emacs they fail with
   "emacs is not installed".
@@ -73,7 +73,7 @@ __all__ = [
     "written_paths",
 ]
 
-BUILTIN_TOOLS_DIR = Path(__file__).parent / "tools"
+BUILTIN_TOOLS_DIR = Path(__file__).parent / "toolbox"
 """The built-in tools: their `000` definitions (`*.json`) and the programs they run."""
 
 WRITES_KEYWORD = "x-teamflow-writes"
@@ -481,7 +481,7 @@ def load_tool_file(path: str | os.PathLike[str]) -> ToolDefinition:
 
 def builtin_tools() -> list[ToolDefinition]:
     """The built-in tools (`read_csv_summary`, `analyze_sales`, `cross_reference_satisfaction`,
-    `write_file`), from `flows/tools/*.json`."""
+    `write_file`), from `flows/toolbox/*.json`."""
     return [load_tool_file(file) for file in sorted(BUILTIN_TOOLS_DIR.glob("*.json"))]
 
 

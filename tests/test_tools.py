@@ -659,7 +659,7 @@ def teamflow(*args: str, db_url: str) -> subprocess.CompletedProcess:
 
 def test_tool_add_and_tool_list(db_url: str, tmp_path: Path) -> None:
     file = tmp_path / "analyze_sales.json"
-    shutil.copy(Path(__file__).parents[1] / "flows" / "tools" / "analyze_sales.json", file)
+    shutil.copy(Path(__file__).parents[1] / "flows" / "toolbox" / "analyze_sales.json", file)
 
     added = teamflow("tool", "add", str(file), db_url=db_url)
     listed = teamflow("tool", "list", db_url=db_url)
