@@ -54,6 +54,17 @@ def settings() -> Settings:
 _engines: dict[str, sa.Engine] = {}
 
 
+@sa.event.listens_for(Session, "do_orm_execute")
+def _autoflush_core_statements(state: sa.orm.ORMExecuteState) -> None:
+    # teamflow mixes pending ORM objects with Core statements in one session (an inbox
+    # counter is added, then bumped with `UPDATE ... RETURNING`). SQLAlchemy 2.1 autoflushes
+    # before a Core statement; 2.0 (pinned: Prefect 3.8.8's scheduler fails on 2.1) only
+    # before ORM ones. Flushing here gives 2.1's behaviour on both. Only teamflow's
+    # sessions (sqlmodel's `Session`) get it, not Prefect's.
+    if not state.is_orm_statement and state.session.autoflush:
+        state.session.flush()
+
+
 def _on_sqlite_connect(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")

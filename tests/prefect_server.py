@@ -90,23 +90,57 @@ class Server:
     deployed: subprocess.CompletedProcess | None = None
 
 
+# What a healthy server never logs: a traceback, an ERROR record, or the exception line
+# that ends a traceback (`sqlalchemy.exc.InvalidRequestError: ...`).
+_LOG_ERROR = re.compile(r"Traceback \(most recent call last\)|\bERROR\b|^[\w.]+(Error|Exception): ")
+
+
+def log_errors(log: Path) -> list[str]:
+    """The lines of a server's log that report an error (see `_LOG_ERROR`)."""
+    if not log.exists():
+        return []
+    return [line for line in log.read_text().splitlines() if _LOG_ERROR.search(line)]
+
+
+def assert_clean_log(server: Server) -> None:
+    """Fails, quoting them, if the server (its API or its services) logged errors."""
+    errors = log_errors(server.log)
+    assert not errors, f"the Prefect server logged errors ({server.log}):\n" + "\n".join(
+        errors[:40]
+    )
+
+
 @contextlib.contextmanager
-def prefect_server(tmp: Path, database_url: str | None = None) -> Iterator[Server]:
-    """A `prefect server start` on a free port with its own PREFECT_HOME and database."""
+def prefect_server(
+    tmp: Path,
+    database_url: str | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    clean_log: bool = False,
+) -> Iterator[Server]:
+    """A `prefect server start` on a free port with its own PREFECT_HOME and database.
+
+    Its services (scheduler, late runs, foreman, ...) run, as they do for a user. `env`
+    adds server settings (e.g. a shorter PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS).
+    With `clean_log`, a block that succeeded also fails if the server logged an error.
+    """
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
-    env = base_env(tmp, api)
-    env["PREFECT_API_DATABASE_CONNECTION_URL"] = (
+    server_env = base_env(tmp, api)
+    server_env["PREFECT_API_DATABASE_CONNECTION_URL"] = (
         database_url or f"sqlite+aiosqlite:///{tmp / 'prefect.db'}"
     )
-    Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
-    server = Server(api=api, env=env, process=None, log=tmp / "prefect-server.log")
+    server_env.update(env or {})
+    Path(server_env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
+    server = Server(api=api, env=server_env, process=None, log=tmp / "prefect-server.log")
     try:
         restart(server)
         yield server
     finally:
         if server.process is not None:
             stop(server.process)
+    if clean_log:
+        assert_clean_log(server)
 
 
 def restart(server: Server) -> None:
