@@ -3,6 +3,10 @@
 The `004` files in the wild carry more than the seed shows (`joinedAt`, `cwd`,
 `leadAgentId`, ...). Known fields are validated; unknown ones are kept and written back
 unchanged, so a team folder survives import and export.
+
+This module holds the rows only: what else a new member needs (its inbox, its first
+message) is `models.membership`; a team's state export is `models.presence`; its
+approval and shutdown settings are read by `settings_of` (`models.team_settings`).
 """
 
 from __future__ import annotations
