@@ -87,7 +87,7 @@ def test_twenty_team_tasks_on_two_workers_each_complete_exactly_once(
         membership.create_team(TEAM, description="Q4 sales analysis team", lead=LEAD)
         for name in MEMBERS:
             membership.add_member(TEAM, name, model="haiku", prompt=f"You are {name}.",
-                             runtime={"kind": "scripted", "playbook": PLAYBOOK})  # fmt: skip
+                                  runtime={"kind": "scripted", "playbook": PLAYBOOK})  # fmt: skip
         tasks = [
             create_task(TEAM, title=f"Q4 region report {n}", creator=LEAD,
                         assignees=list(MEMBERS), params={"sales_path": str(sales)})

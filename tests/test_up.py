@@ -159,7 +159,7 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         done = {"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True,
                 "response": "done"}  # fmt: skip
         membership.add_member(TEAM, "runner", model="haiku", prompt="p",
-                         runtime={"kind": "scripted", "playbook": [done]})  # fmt: skip
+                              runtime={"kind": "scripted", "playbook": [done]})  # fmt: skip
         created = teamflow(["task", "create", TEAM, "--title", "Up", "--assignee", "runner"], env)
         assert created.returncode == 0, created.stderr
         task_id = created.stdout.strip()
