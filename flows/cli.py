@@ -96,7 +96,8 @@ def validate(
     """
     from pydantic import ValidationError
 
-    from models.formats import FORMATS, detect, error_lines
+    from models.formats import FORMATS, detect
+    from models.wire_support import error_lines
 
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
@@ -147,9 +148,9 @@ def team_create(
     as_json: JsonFlag = False,
 ) -> None:
     """Creates a team with its lead, and writes its config.json."""
-    from models import team
+    from models import membership
 
-    row = team.create_team(name, description=description, lead=lead)
+    row = membership.create_team(name, description=description, lead=lead)
     if as_json:
         emit({"team": row.name, "lead": row.lead})
     else:
@@ -269,13 +270,13 @@ def team_delete(
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
 ) -> None:
     """Deletes a team: its rows and its files."""
-    from models import team
+    from models import membership
 
     if not yes:
         if not sys.stdin.isatty():
             fail(f"not deleting team {name} without --yes (there is no terminal to ask on)")
         typer.confirm(f"delete team {name} and all its messages?", abort=True)
-    team.delete_team(name)
+    membership.delete_team(name)
     typer.echo(f"deleted team {name}")
 
 
@@ -356,9 +357,9 @@ def member_add(
     as_json: JsonFlag = False,
 ) -> None:
     """Adds a member to a team (agentId name@team, active, with an initial system message)."""
-    from models import team
+    from models import membership
 
-    member = team.add_member(
+    member = membership.add_member(
         team_name, name, model=model, prompt=prompt, agent_type=agent_type, backend=backend,
         color=color, tmux_pane_id=pane, plan_mode_required=plan_mode or None,
     )  # fmt: skip
@@ -396,9 +397,9 @@ def member_heartbeat(
     as_json: JsonFlag = False,
 ) -> None:
     """Records that a member is alive (agent_state.last_heartbeat)."""
-    from models import team
+    from models import presence
 
-    state = team.heartbeat(team_name, name, status=status)
+    state = presence.heartbeat(team_name, name, status=status)
     if as_json:
         emit(
             {
@@ -508,8 +509,8 @@ def tool_add(
     from pydantic import ValidationError
 
     from flows.tools import load_tool_file
-    from models.formats import error_lines
     from models.tool import add_tool
+    from models.wire_support import error_lines
 
     try:
         definition = load_tool_file(file)
@@ -576,12 +577,13 @@ def plan_request(
 ) -> None:
     """Asks the lead to approve a plan: starts a plan-approval run (needs `teamflow up`)."""
     from models import approval
+    from models.team_settings import ApprovalError
 
     try:
         revision = approval.check_request(
             team_name, member, previous_request_id=revises, policy=policy
         )
-    except approval.ApprovalError as exc:
+    except ApprovalError as exc:
         fail(str(exc))
     request_id = approval.new_plan_id()
     run = _start_run(
@@ -623,15 +625,17 @@ def plan_list(
 
 def _decide(request_id: str, approve: bool, feedback: str | None, decider: str | None) -> None:
     from models import approval
+    from models import team as teams
+    from models.team_settings import ApprovalError
 
     try:
         request = approval.get_request(request_id)
         if request.flow_run_id and request.is_open:
             # Imported before deciding, so the resume follows the decision at once.
             import prefect.flow_runs  # noqa: F401
-        decider = decider or approval.settings_of(request.team).lead
+        decider = decider or teams.settings_of(request.team).lead
         row = approval.decide(request_id, approve=approve, decider=decider, feedback=feedback)
-    except approval.ApprovalError as exc:
+    except ApprovalError as exc:
         fail(str(exc))
     typer.echo(f"plan {row.request_id} of {row.member} {row.status} by {decider}")
     if row.flow_run_id:
@@ -678,13 +682,13 @@ def member_shutdown(
     as_json: JsonFlag = False,
 ) -> None:
     """Shuts a member down through the handshake: starts a shutdown-member run."""
-    from models import approval
+    from models import shutdown
 
     try:
-        approval.check_shutdown(team_name, name)
-    except approval.ShutdownError as exc:
+        shutdown.check_shutdown(team_name, name)
+    except shutdown.ShutdownError as exc:
         fail(str(exc))
-    request_id = approval.new_shutdown_id()
+    request_id = shutdown.new_shutdown_id()
     run = _start_run(
         "shutdown-member/shutdown-member",
         {"team": team_name, "member": name, "reason": reason, "timeout_s": timeout,
@@ -879,9 +883,9 @@ def status(
     team_name: Annotated[str, typer.Argument(metavar="TEAM")], as_json: JsonFlag = False
 ) -> None:
     """The team's state (004 Export Team State) with unread counts per member."""
-    from models import team
+    from models import presence
 
-    state = team.team_state(team_name)
+    state = presence.team_state(team_name)
     if as_json:
         emit(state)
         return
