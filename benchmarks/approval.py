@@ -87,12 +87,11 @@ httpx.Client.send = _count(httpx.Client.send)  # type: ignore[method-assign]
 
 def _team(name: str) -> None:
     """teamflow's tables, and a team `name` with lead `coordinator` and member `analyst-1`."""
-    from models import db
-    from models import team as teams
+    from models import db, membership
 
     db.upgrade()
-    teams.create_team(name, description="benchmark", lead="coordinator")
-    teams.add_member(name, "analyst-1", model="haiku", prompt="p")
+    membership.create_team(name, description="benchmark", lead="coordinator")
+    membership.add_member(name, "analyst-1", model="haiku", prompt="p")
 
 
 def percentile(values: list[float], q: float) -> float:

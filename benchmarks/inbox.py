@@ -170,11 +170,11 @@ def environment(url: str | None) -> Iterator[dict[str, str]]:
 
 def make_team(name: str) -> str:
     """A team led by `coordinator` with `analyst-1` and `analyst-2`."""
-    from models import team as teams
+    from models import membership
 
-    teams.create_team(name, description="inbox benchmark", lead="coordinator")
+    membership.create_team(name, description="inbox benchmark", lead="coordinator")
     for member in ("analyst-1", "analyst-2"):
-        teams.add_member(name, member, model="haiku", prompt=f"You are {member}.")
+        membership.add_member(name, member, model="haiku", prompt=f"You are {member}.")
     return name
 
 
@@ -491,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()
     with environment(args.database_url) as info:
-        from models import team as teams
+        from models import membership
 
         work = Path(info["tmp"])
         suffix = uuid.uuid4().hex[:6]
@@ -518,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
             if not info["database"].startswith(("SQLite (temporary)", "PostgreSQL")):
                 for name in names:
                     with contextlib.suppress(ValueError):
-                        teams.delete_team(name)
+                        membership.delete_team(name)
     if args.json:
         data = {"environment": env, "results": []}
         for r in results:

@@ -124,10 +124,10 @@ def _p95(values: list[float]) -> float:
 
 
 def _team() -> None:
-    from models import team
+    from models import membership
 
-    team.create_team("bench-team", description="latency benchmark", lead="lead")
-    team.add_member("bench-team", "member-1", model="haiku", prompt="You measure.")
+    membership.create_team("bench-team", description="latency benchmark", lead="lead")
+    membership.add_member("bench-team", "member-1", model="haiku", prompt="You measure.")
 
 
 def _prefect(api: str, *args: str) -> None:

@@ -67,16 +67,15 @@ def _percentile(values: list[float], q: float) -> float:
 def _team(data: Path) -> None:
     """The benchmark team: `idle` finishes at once, `worker` makes one tool call first."""
     from flows.tools import install_builtin_tools
-    from models import db
-    from models import team as teams
+    from models import db, membership
 
     db.upgrade()
     install_builtin_tools()
-    teams.create_team(TEAM, description="benchmark", lead="lead")
-    teams.add_member(TEAM, "idle", model="haiku", prompt="p",
-                     runtime={"kind": "scripted", "playbook": [FINISH]})  # fmt: skip
-    teams.add_member(TEAM, "worker", model="haiku", prompt="p",
-                     runtime={"kind": "scripted", "playbook": [ONE_TOOL, FINISH]})  # fmt: skip
+    membership.create_team(TEAM, description="benchmark", lead="lead")
+    membership.add_member(TEAM, "idle", model="haiku", prompt="p",
+                          runtime={"kind": "scripted", "playbook": [FINISH]})  # fmt: skip
+    membership.add_member(TEAM, "worker", model="haiku", prompt="p",
+                          runtime={"kind": "scripted", "playbook": [ONE_TOOL, FINISH]})  # fmt: skip
     data.write_text("a,b\n1,2\n")
 
 

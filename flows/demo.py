@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from models import db
+from models import db, membership
 from models import team as teams
 
 TEAM = "research-team"
@@ -150,13 +150,13 @@ def set_up(home: Path, echo: Callable[[str], None]) -> tuple[str, Path, Path]:
     db.upgrade()
     if any(t.name == TEAM for t in teams.list_teams()):
         echo(f"  replacing the {TEAM} of an earlier demo")
-        teams.delete_team(TEAM)
+        membership.delete_team(TEAM)
     sales, satisfaction = write_all(home / "demo" / "data")
     echo(f"  sample data: {sales} and {satisfaction.name}")
     install_builtin_tools()
-    teams.create_team(TEAM, description="Q4 sales analysis team", lead=LEAD)
+    membership.create_team(TEAM, description="Q4 sales analysis team", lead=LEAD)
     for name, model, plan_mode in (("analyst-1", "haiku", True), ("analyst-2", "sonnet", None)):
-        teams.add_member(
+        membership.add_member(
             TEAM, name, model=model, prompt=PROMPTS[name], plan_mode_required=plan_mode,
             runtime={"kind": "scripted", "playbook": PLAYBOOKS[name]},
         )  # fmt: skip

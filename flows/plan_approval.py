@@ -51,8 +51,10 @@ from prefect.utilities.engine import propose_state
 from pydantic import Field, ValidationError
 
 from models import approval
-from models.approval import AlreadyDecided, ApprovalSettings, NotAllowed, PlanApproval
+from models import team as teams
+from models.approval import AlreadyDecided, NotAllowed, PlanApproval
 from models.base import format_timestamp, utcnow
+from models.team_settings import ApprovalSettings
 
 FLOW_NAME = "plan-approval"
 DEPLOYMENT = f"{FLOW_NAME}/{FLOW_NAME}"
@@ -552,7 +554,7 @@ async def plan_approval(
         team, member, plan, summary, request_id or approval.new_plan_id(),
         previous_request_id, timeout_s, policy, run_id,
     )  # fmt: skip
-    config = await anyio.to_thread.run_sync(lambda: approval.settings_of(team))
+    config = await anyio.to_thread.run_sync(lambda: teams.settings_of(team))
     suspendable = can_suspend()
     suspend_after = _seconds_env("TEAMFLOW_SUSPEND_AFTER_SECONDS", DEFAULT_SUSPEND_AFTER_S)
 

@@ -25,9 +25,9 @@ from prefect import flow, get_run_logger, task
 from prefect.context import FlowRunContext
 
 from flows.plan_approval import tag_run
-from models import approval, inbox, mirror
-from models.approval import Shutdown, ShutdownStatus
+from models import inbox, mirror, shutdown
 from models.base import utcnow
+from models.shutdown import Shutdown, ShutdownStatus
 
 FLOW_NAME = "shutdown-member"
 DEPLOYMENT = f"{FLOW_NAME}/{FLOW_NAME}"
@@ -58,7 +58,7 @@ async def send_request(
 ) -> str:
     """Records the request and sends the member its `shutdown_request` (once)."""
     row = await anyio.to_thread.run_sync(
-        lambda: approval.request_shutdown(
+        lambda: shutdown.request_shutdown(
             team,
             member,
             reason=reason,
@@ -73,7 +73,7 @@ async def send_request(
 @task(name="ask-again")
 async def ask_again(request_id: str) -> int:
     """The busy member finished its task: sends the request again; returns the ask count."""
-    row = await anyio.to_thread.run_sync(lambda: approval.ask_again(request_id))
+    row = await anyio.to_thread.run_sync(lambda: shutdown.ask_again(request_id))
     return row.asks
 
 
@@ -94,7 +94,7 @@ async def close_pane(request_id: str) -> str | None:
 
     def find() -> tuple[str | None, str | None]:
         with session_scope() as s:
-            row = approval.get_shutdown(request_id, session=s)
+            row = shutdown.get_shutdown(request_id, session=s)
             member = s.get(Member, (row.team, row.member))
             if member is None or member.backend_type != "tmux":
                 return None, None
@@ -115,7 +115,7 @@ async def close_pane(request_id: str) -> str | None:
     if result.returncode != 0 and "can't find pane" not in error:
         logger.warning("Could not close tmux pane %s: %s", pane, error or result.returncode)
         return None
-    await anyio.to_thread.run_sync(lambda: approval.pane_closed(request_id))
+    await anyio.to_thread.run_sync(lambda: shutdown.pane_closed(request_id))
     logger.info("Closed tmux pane %s", pane)
     return pane
 
@@ -124,7 +124,7 @@ async def close_pane(request_id: str) -> str | None:
 async def complete(request_id: str, forced: bool, cause: str | None) -> dict[str, Any]:
     """The member becomes inactive, with `shutdownAt` and its metadata."""
     row = await anyio.to_thread.run_sync(
-        lambda: approval.complete_shutdown(request_id, forced=forced, cause=cause)
+        lambda: shutdown.complete_shutdown(request_id, forced=forced, cause=cause)
     )
     return row.to_json()
 
@@ -139,15 +139,15 @@ def poll(request_id: str) -> tuple[Shutdown, bool, str | None]:
     Takes in first what an outside member appended to the lead's inbox file, as
     `teamflow sync` would.
     """
-    row = approval.get_shutdown(request_id)
+    row = shutdown.get_shutdown(request_id)
     problem = None
     try:
         if mirror.changed_outside(mirror.inbox_path(row.team, row.requested_by)):
             inbox.refresh_file(row.team, row.requested_by)
     except inbox.SyncError as exc:
         problem = str(exc)
-    row = approval.take_answers(request_id)
-    finished = row.status == ShutdownStatus.REFUSED and approval.task_finished_since(
+    row = shutdown.take_answers(request_id)
+    finished = row.status == ShutdownStatus.REFUSED and shutdown.task_finished_since(
         row.team, row.member, row.refused_at
     )
     return row, finished, problem
@@ -207,7 +207,7 @@ async def shutdown_member(
     context = FlowRunContext.get()
     run_id = str(context.flow_run.id) if context and context.flow_run else None
     request_id = await send_request(
-        team, member, reason, timeout_s, request_id or approval.new_shutdown_id(), run_id
+        team, member, reason, timeout_s, request_id or shutdown.new_shutdown_id(), run_id
     )
     row = await wait_for_answer(request_id)
     forced = row.status != ShutdownStatus.APPROVED

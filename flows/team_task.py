@@ -43,12 +43,12 @@ from flows.runtimes import (
     StepError,
     StepRequest,
     StepResult,
-    runtime_for,
     step_message,
     tool_result_message,
 )
+from flows.runtimes.kinds import runtime_for
 from flows.scope import READ_KNOWLEDGE, StepScope, read_knowledge, step_scope
-from models import inbox
+from models import inbox, presence
 from models import team as teams
 from models.agent import (
     ChimeraResponse,
@@ -686,7 +686,7 @@ def close(info: dict[str, Any], works: list[Work], ok: bool) -> list[dict[str, A
                     {"to": lead, "sender": work.member, "text": text, "summary": "task failed"}
                 )
         inbox.send_many(team, messages, session=s)
-        status = teams.team_state(team, session=s)
+        status = presence.team_state(team, session=s)
     return [
         {"member": m, "active": m in status["active_members"], "unread": n}
         for m, n in status["unread"].items()

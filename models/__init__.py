@@ -1,0 +1,16 @@
+"""teamflow's data: wire formats, tables and their stores. Never imports Prefect or `flows`.
+
+Layered bottom-up; a module imports only modules of lower layers (`tests/test_layers.py`
+checks that no import, lazy ones included, closes a circle):
+
+1. `base`, `wire_support`, `db`, `team_settings`: import nothing of teamflow
+2. `mirror` (the files beside the rows), `tool`, `knowledge`, `api`
+3. `team` (teams and members, rows only), `agent`
+4. `task`
+5. `notification`
+6. `inbox`
+7. `approval`, `shutdown`, `alert`, `status`
+8. `presence` (team state, heartbeats), `tables` (every table on one metadata; a team's rows)
+9. `membership` (new teams and members, with their inboxes; deleting teams)
+10. `backup`; `formats` (imports its models by name when it validates, none statically)
+"""

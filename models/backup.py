@@ -27,19 +27,11 @@ from sqlmodel import Session
 from models import mirror
 from models.base import UTCDateTime, check_member_name, check_team_name, utcnow
 from models.db import session_scope
-from models.formats import error_lines
-from models.inbox import InboxCounter, InboxMessage, InboxRow
-from models.team import (
-    Member,
-    Team,
-    TeamConfig,
-    TeamError,
-    clear_rows,
-    config_of,
-    delete_team,
-    get_team,
-    team_rows,
-)
+from models.inbox import InboxCounter, InboxMessage, InboxRow, refresh_file
+from models.membership import delete_team
+from models.tables import clear_rows, metadata, team_rows
+from models.team import Member, Team, TeamConfig, TeamError, _write_config, config_of, get_team
+from models.wire_support import error_lines
 
 DUMP = "teamflow-backup.json"
 BACKUP_FORMAT = 1
@@ -216,8 +208,6 @@ def restore(archive: Path, *, force: bool = False) -> str:
     Refuses an existing team unless `force` (which replaces it), and any archive member that
     is a link, a device, absolute, or outside `teams/{team}` and `tasks/{team}`.
     """
-    from models.tables import metadata
-
     try:
         tar = tarfile.open(Path(archive), "r:gz")  # noqa: SIM115 (closed by the `with` below)
     except (OSError, tarfile.TarError) as exc:
@@ -263,9 +253,6 @@ def restore(archive: Path, *, force: bool = False) -> str:
             else:
                 mirror.write_atomic(target, tar.extractfile(info).read())  # type: ignore[union-attr]
     # The files now match the restored rows; record that, so no outside change is seen.
-    from models.inbox import refresh_file
-    from models.team import _write_config
-
     _write_config(name)
     for member in dump["rows"].get("members", []):
         refresh_file(name, member["name"])
@@ -274,8 +261,6 @@ def restore(archive: Path, *, force: bool = False) -> str:
 
 def _checked_rows(rows: Any, team: str, archive: Path) -> dict[str, list[dict[str, Any]]]:
     """The dump's rows, if every one is a row of a known table and belongs to `team`."""
-    from models.tables import metadata
-
     if not isinstance(rows, dict) or not all(isinstance(r, list) for r in rows.values()):
         raise BackupError(f"{archive}: {DUMP} has no rows by table")
     tasks = {r.get("id") for r in rows.get("tasks", []) if isinstance(r, dict)}

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 
 @dataclass(frozen=True)
@@ -127,15 +127,3 @@ def detect(data: Any) -> Format | None:
             if matches(data):
                 return FORMATS[name]
     return None
-
-
-def error_lines(exc: ValidationError) -> list[str]:
-    """One `path: message` line per error, paths as `members[0].model`."""
-    lines = []
-    for error in exc.errors():
-        path = ""
-        for part in error["loc"]:
-            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
-        message = error["msg"].removeprefix("Value error, ")
-        lines.append(f"{path or '(document)'}: {message}")
-    return lines

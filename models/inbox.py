@@ -36,6 +36,9 @@ from models.base import (
 )
 from models.db import session_scope
 from models.mirror import mark
+from models.notification import Message, NotificationAdapter
+from models.team import Member, get_member, get_team, list_members
+from models.wire_support import error_lines
 
 
 class MessageColor(StrEnum):
@@ -320,8 +323,6 @@ class InboxRow(SQLModel, table=True):
 
     def to_notification(self) -> Any:
         """The row as a `001` notification; only notification types have this form."""
-        from models.notification import NotificationAdapter
-
         if self.type not in NOTIFICATION_TYPES:
             raise ValueError(f"message {self.message_id} of type {self.type!r} is no notification")
         recipient = self.recipient_agent_id or f"{self.recipient}@{self.team}"
@@ -362,8 +363,6 @@ class InboxRow(SQLModel, table=True):
 
     def to_message(self) -> Any:
         """The row as a `000` message."""
-        from models.notification import Message
-
         if self.payload is not None and self.category is not None:
             payload = self.payload
         else:
@@ -515,8 +514,6 @@ def broadcast(
     session: Session | None = None,
 ) -> list[InboxRow]:
     """Sends one message to every active member of the team but the sender."""
-    from models.team import list_members
-
     with session_scope(session) as s:
         color = _sender_color(s, team, sender)
         members = [m for m in list_members(team, active=True, session=s) if m.name != sender]
@@ -580,8 +577,6 @@ def messages(
     session: Session | None = None,
 ) -> list[InboxRow]:
     """A member's messages, oldest first; `mark_read` marks the ones returned as read."""
-    from models.team import get_member, get_team
-
     with session_scope(session) as s:
         get_team(s, team)
         get_member(s, team, member)
@@ -619,8 +614,6 @@ def parse_payload(kind: str, text: str) -> TeamPayload:
     try:
         payload = TeamPayloadAdapter.validate_python(data)
     except ValidationError as exc:
-        from models.formats import error_lines
-
         raise InboxError("; ".join(error_lines(exc))) from None
     if payload.type != kind:
         raise InboxError(f"--type {kind} does not match the text's type {payload.type}")
@@ -640,8 +633,6 @@ def mark_read(
     team: str, member: str, message_ids: list[str] | None = None, *, session: Session | None = None
 ) -> int:
     """Marks the given messages (default: all) read; returns how many changed."""
-    from models.team import get_member
-
     with session_scope(session) as s:
         get_member(s, team, member)
         if message_ids is not None:
@@ -680,8 +671,6 @@ def _check_route(session: Session, team: str, to: str, sender: str) -> str:
 
     Returns the sender's colour. One query in the common case; the precise error otherwise.
     """
-    from models.team import Member, get_member, get_team
-
     check_member_name(to)
     check_member_name(sender)
     rows = {
@@ -705,7 +694,6 @@ def _check_route(session: Session, team: str, to: str, sender: str) -> str:
 
 
 def _sender_color(session: Session, team: str, sender: str) -> str:
-    from models.team import get_member
 
     if sender == "system":
         return MessageColor.SYSTEM.value
@@ -770,8 +758,6 @@ def _deliver(
     try:
         validated = InboxMessage.model_validate(entry)
     except ValidationError as exc:
-        from models.formats import error_lines
-
         raise InboxError("; ".join(error_lines(exc))) from None
     row = InboxRow.from_entry(team, recipient, validated)
     if payload is not None:
@@ -866,8 +852,6 @@ def take_in(team: str, member: str, path: Path) -> tuple[int, int]:
         try:
             entries.append(InboxMessage.model_validate(item))
         except ValidationError as exc:
-            from models.formats import error_lines
-
             raise SyncError(f"{path}: entry {i}: {error_lines(exc)[0]}") from None
     added = marked = 0
     with session_scope() as s:
@@ -905,8 +889,6 @@ def take_in(team: str, member: str, path: Path) -> tuple[int, int]:
 
 def sync(team: str) -> dict[str, tuple[int, int]]:
     """Takes in every inbox file of `team`; returns (added, marked read) per member."""
-    from models.team import list_members
-
     return {member.name: refresh_file(team, member.name) for member in list_members(team)}
 
 

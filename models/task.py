@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Annotated, Any, Self
 
 import sqlalchemy as sa
-from pydantic import ConfigDict, Field, StrictFloat, StrictInt, field_validator
+from pydantic import ConfigDict, Field, StrictFloat, StrictInt, ValidationError, field_validator
 from sqlmodel import Field as SQLField
 from sqlmodel import Relationship, Session, SQLModel
 
+from models import db, mirror
 from models.base import (
     JsTimestamp,
     SnakeWireModel,
@@ -33,7 +34,9 @@ from models.base import (
     utcnow,
 )
 from models.db import session_scope
-from models.wire_support import explicit_nulls, row_values, wire_from_row, wire_values
+from models.mirror import mark
+from models.team import get_member, get_team
+from models.wire_support import error_lines, explicit_nulls, row_values, wire_from_row, wire_values
 
 AgentRef = Annotated[str, Field(min_length=1, max_length=255)]
 """An agent id as the `001` tables store it: VARCHAR(255)."""
@@ -387,11 +390,6 @@ def create_task(
     session: Session | None = None,
 ) -> TaskRow:
     """Creates a pending task of `team` for active members `assignees` (names)."""
-    from pydantic import ValidationError
-
-    from models.formats import error_lines
-    from models.team import get_member, get_team
-
     with session_scope(session) as s:
         get_team(s, team)
         for name in assignees:
@@ -436,8 +434,6 @@ def list_tasks(
     team: str, *, status: str | None = None, session: Session | None = None
 ) -> list[TaskRow]:
     """A team's tasks, oldest first, optionally only those in `status`."""
-    from models.team import get_team
-
     with session_scope(session) as s:
         get_team(s, team)
         query = sa.select(TaskRow).where(TaskRow.team == team)
@@ -483,9 +479,6 @@ def set_member_status(
     `tokens` are added to `tokens_used`; `completed` counts one more task done;
     `response_time` (seconds) joins the running average.
     """
-    from models.mirror import mark
-    from models.team import get_member
-
     with session_scope(session) as s:
         agent = get_member(s, team, member).agent_id
         now = utcnow()
@@ -530,8 +523,6 @@ def set_member_status(
 
 def member_files(team: str, member: str) -> Path:
     """`tasks/{team}/{member}/`, with `artifacts/` in it, created 0700."""
-    from models import mirror
-
     folder = mirror.member_tasks_dir(team, member)
     mirror.ensure_dir(folder / "artifacts")
     return folder
@@ -554,10 +545,8 @@ def record_metrics(row: TaskMetricsRow, *, session: Session | None = None) -> Ta
 
 
 def _write_task_status(team: str, member: str) -> None:
-    from models import mirror
-    from models.db import engine
 
-    with Session(engine()) as s:
+    with Session(db.engine()) as s:
         row = s.get(TaskStatusRow, (team, member))
         if row is None:
             return
@@ -569,7 +558,6 @@ def _write_task_status(team: str, member: str) -> None:
 
 
 def _register() -> None:
-    from models import mirror
 
     mirror.register("task_status", _write_task_status)
 

@@ -3,12 +3,17 @@
 The `004` files in the wild carry more than the seed shows (`joinedAt`, `cwd`,
 `leadAgentId`, ...). Known fields are validated; unknown ones are kept and written back
 unchanged, so a team folder survives import and export.
+
+This module holds the rows only: what else a new member needs (its inbox, its first
+message) is `models.membership`; a team's state export is `models.presence`; its
+approval and shutdown settings are read by `settings_of` (`models.team_settings`).
 """
 
 from __future__ import annotations
 
 import re
 from enum import StrEnum
+from types import SimpleNamespace
 from typing import Any, Self
 
 import sqlalchemy as sa
@@ -24,7 +29,7 @@ from pydantic import (
 from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel, select
 
-from models import mirror
+from models import db, mirror
 from models.base import (
     JsTimestamp,
     MemberName,
@@ -32,13 +37,14 @@ from models.base import (
     WireModel,
     check_member_name,
     check_team_name,
-    format_js_timestamp,
     json_column,
     utc_column,
     utcnow,
 )
 from models.db import session_scope
 from models.mirror import mark
+from models.team_settings import ApprovalSettings
+from models.wire_support import error_lines
 
 DEFAULT_MODELS = ("haiku", "sonnet", "opus")
 """`004`: the models a team allows unless its config widens the set (`allowedModels`)."""
@@ -379,41 +385,24 @@ def config_of(session: Session, team: Team) -> TeamConfig:
     return team.to_wire(list(members))
 
 
-def create_team(
-    name: str,
-    *,
-    description: str,
-    lead: str = "team-lead",
-    lead_model: str = "opus",
-    lead_prompt: str | None = None,
-    session: Session | None = None,
-) -> Team:
-    """Creates a team and its lead (a member too, in the coordinators' yellow)."""
+def insert_team(session: Session, name: str, *, description: str, lead: str) -> Team:
+    """The row of a new team, without members (`models.membership.create_team` adds its lead)."""
     check_team_name(name)
     check_member_name(lead)
-    with session_scope(session) as s:
-        if s.get(Team, name) is not None:
-            raise TeamError(f"team {name!r} exists already")
-        config = _validated_config(
-            {"name": name, "description": description, "members": [], "createdAt": utcnow()}
-        )
-        team = Team.from_wire(config, lead=lead)
-        team.schema_version = SCHEMA_VERSION
-        s.add(team)
-        s.flush()
-        add_member(
-            name,
-            lead,
-            model=lead_model,
-            prompt=lead_prompt or f"You lead the team {name}: {description}",
-            color=LEAD_COLOR.value,
-            session=s,
-        )
-        mark(s, "config", (name,))
-        return team
+    if session.get(Team, name) is not None:
+        raise TeamError(f"team {name!r} exists already")
+    config = _validated_config(
+        {"name": name, "description": description, "members": [], "createdAt": utcnow()}
+    )
+    team = Team.from_wire(config, lead=lead)
+    team.schema_version = SCHEMA_VERSION
+    session.add(team)
+    session.flush()
+    return team
 
 
-def add_member(
+def insert_member(
+    session: Session,
     team: str,
     name: str,
     *,
@@ -425,84 +414,41 @@ def add_member(
     tmux_pane_id: str | None = None,
     plan_mode_required: bool | None = None,
     runtime: dict | None = None,
-    session: Session | None = None,
 ) -> Member:
-    """Adds a member: `agentId` derived, colour in the seed's order unless given, active."""
-    from models.inbox import create_inbox, send_system_init
-
-    with session_scope(session) as s:
-        team_row = get_team(s, team)
-        check_member_name(name)
-        if s.get(Member, (team, name)) is not None:
-            raise TeamError(f"team {team!r} has a member named {name!r} already")
-        members = list(s.exec(select(Member).where(Member.team == team)))
-        if color is None:
-            others = [m for m in members if m.name != team_row.lead]
-            color = MEMBER_COLORS[len(others) % len(MEMBER_COLORS)].value
-        data: dict[str, Any] = {
-            "agentId": agent_id(name, team),
-            "name": name,
-            "agentType": agent_type,
-            "model": model,
-            "prompt": prompt,
-            "color": color,
-            "backendType": backend,
-            "isActive": True,
-            "spawnedAt": utcnow(),
-        }
-        if tmux_pane_id is not None:
-            data["tmuxPaneId"] = tmux_pane_id
-        if plan_mode_required is not None:
-            data["planModeRequired"] = plan_mode_required
-        wire = _validated_member(data, team_row)
-        position = max((m.position for m in members), default=-1) + 1
-        member = Member.from_wire(team, wire, position=position)
-        member.runtime = runtime or {}
-        s.add(member)
-        s.flush()
-        create_inbox(s, team, name)
-        if name != team_row.lead:
-            send_system_init(s, team, name, prompt)
-        team_row.updated_at = utcnow()
-        mark(s, "config", (team,))
-        return member
-
-
-def delete_team(name: str, *, session: Session | None = None) -> None:
-    """Deletes a team: its rows in every table and its files."""
-    with session_scope(session) as s:
-        get_team(s, name)
-        clear_rows(s, name)
-        mark(s, "deleted", (name,))
-
-
-def clear_rows(session: Session, team: str) -> None:
-    """Deletes every row of `team` (see `team_rows`), children first."""
-    for table, where in reversed(team_rows(session, team)):
-        session.exec(sa.delete(table).where(where))
-
-
-def team_rows(session: Session, team: str) -> list[tuple[sa.Table, Any]]:
-    """Every table holding rows of `team`, parents first, with the clause that selects them.
-
-    A row belongs to a team by its `team` column, by an `agent_id` of the form
-    `{name}@{team}`, or (task assignees) by its task.
-    """
-    from models.tables import metadata
-
-    found: list[tuple[sa.Table, Any]] = []
-    tasks = metadata.tables["tasks"]
-    for table in metadata.sorted_tables:
-        if table.name == "teams":
-            found.append((table, table.c.name == team))
-        elif "team" in table.c:
-            found.append((table, table.c.team == team))
-        elif table.name == "task_assignees":
-            ids = sa.select(tasks.c.id).where(tasks.c.team == team).scalar_subquery()
-            found.append((table, table.c.task_id.in_(ids)))
-        elif "agent_id" in table.c:
-            found.append((table, table.c.agent_id.like(f"%@{team}")))
-    return found
+    """The row of a new member: `agentId` derived, colour in the seed's order unless given,
+    active. Its inbox is `models.membership.add_member`'s business."""
+    team_row = get_team(session, team)
+    check_member_name(name)
+    if session.get(Member, (team, name)) is not None:
+        raise TeamError(f"team {team!r} has a member named {name!r} already")
+    members = list(session.exec(select(Member).where(Member.team == team)))
+    if color is None:
+        others = [m for m in members if m.name != team_row.lead]
+        color = MEMBER_COLORS[len(others) % len(MEMBER_COLORS)].value
+    data: dict[str, Any] = {
+        "agentId": agent_id(name, team),
+        "name": name,
+        "agentType": agent_type,
+        "model": model,
+        "prompt": prompt,
+        "color": color,
+        "backendType": backend,
+        "isActive": True,
+        "spawnedAt": utcnow(),
+    }
+    if tmux_pane_id is not None:
+        data["tmuxPaneId"] = tmux_pane_id
+    if plan_mode_required is not None:
+        data["planModeRequired"] = plan_mode_required
+    wire = _validated_member(data, team_row)
+    position = max((m.position for m in members), default=-1) + 1
+    member = Member.from_wire(team, wire, position=position)
+    member.runtime = runtime or {}
+    session.add(member)
+    session.flush()
+    team_row.updated_at = utcnow()
+    mark(session, "config", (team,))
+    return member
 
 
 def set_member(team: str, name: str, *, session: Session | None = None, **changes: Any) -> Member:
@@ -536,10 +482,6 @@ def update_settings(team: str, changes: dict[str, Any], *, session: Session | No
 
     Returns the team's settings as stored.
     """
-    from types import SimpleNamespace
-
-    from models.approval import ApprovalSettings
-
     unknown = sorted(set(changes) - set(TEAM_SETTINGS))
     if unknown:
         raise ValueError(f"unknown setting {unknown[0]!r} (known: {', '.join(TEAM_SETTINGS)})")
@@ -562,44 +504,10 @@ def update_settings(team: str, changes: dict[str, Any], *, session: Session | No
         return dict(merged)
 
 
-def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | None = None) -> Any:
-    """Records that a member is alive: its `agent_state` row's status and `last_heartbeat`."""
-    from models.agent import AgentStateRow, AgentStateStatus
-
-    try:
-        status = AgentStateStatus(status).value
-    except ValueError:
-        choices = ", ".join(s.value for s in AgentStateStatus)
-        raise TeamError(f"status {status!r} is not one of {choices}") from None
+def settings_of(team: str, *, session: Session | None = None) -> ApprovalSettings:
+    """The approval and shutdown settings of `team` (see `models.team_settings`)."""
     with session_scope(session) as s:
-        member = get_member(s, team, name)
-        state = s.get(AgentStateRow, member.agent_id)
-        now = utcnow()
-        if state is None:
-            state = AgentStateRow(agent_id=member.agent_id, team=team, created_at=now)
-        state.status = status
-        state.last_heartbeat = now
-        state.updated_at = now
-        s.add(state)
-        s.flush()
-        return state
-
-
-def team_state(team: str, *, session: Session | None = None) -> dict[str, Any]:
-    """`004` "Export Team State" (team, created, active_members, total_members) + unread."""
-    from models.inbox import unread_counts
-
-    with session_scope(session) as s:
-        row = get_team(s, team)
-        members = list(s.exec(select(Member).where(Member.team == team).order_by(Member.position)))
-        unread = unread_counts(s, team)
-        return {
-            "team": row.name,
-            "created": format_js_timestamp(row.created_at),
-            "active_members": [m.name for m in members if m.is_active],
-            "total_members": len(members),
-            "unread": {m.name: unread.get(m.name, 0) for m in members},
-        }
+        return ApprovalSettings.of(get_team(s, team))
 
 
 def _validated_config(data: dict[str, Any]) -> TeamConfig:
@@ -618,15 +526,11 @@ def _validated_member(data: dict[str, Any], team: Team) -> TeamMember:
 
 
 def _one_line(exc: ValidationError) -> str:
-    from models.formats import error_lines
-
     return "; ".join(error_lines(exc))
 
 
 def _write_config(team: str) -> None:
-    from models.db import engine
-
-    with Session(engine()) as s:
+    with Session(db.engine()) as s:
         row = s.get(Team, team)
         if row is not None:
             mirror.write_config(team, config_of(s, row).to_wire())

@@ -7,6 +7,7 @@
 - `tag_error_at`: a discriminated union whose unknown or missing tag is reported at the tag
   field (`loc == ("notification_type",)`) rather than at the union (`loc == ()`), so an error
   message names the key a person must fix.
+- `error_lines`: a validation error as one `path: message` line per error.
 """
 
 from __future__ import annotations
@@ -107,3 +108,15 @@ def tag_error_at(field: str) -> WrapValidator:
             raise ValidationError.from_exception_data(exc.title, [detail]) from None
 
     return WrapValidator(validate)
+
+
+def error_lines(exc: ValidationError) -> list[str]:
+    """One `path: message` line per error, paths as `members[0].model`."""
+    lines = []
+    for error in exc.errors():
+        path = ""
+        for part in error["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        message = error["msg"].removeprefix("Value error, ")
+        lines.append(f"{path or '(document)'}: {message}")
+    return lines

@@ -9,7 +9,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 
-from models import team as teams
+from models import membership
 
 FIXTURES = Path(__file__).parent / "fixtures"
 DB_SETTINGS = settings(
@@ -48,10 +48,10 @@ TEAM = "research-team"
 
 def research_team(*, analysts: int = 2) -> str:
     """`research-team` led by `coordinator`, with `analyst-1` (haiku), `analyst-2` (sonnet)."""
-    teams.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")
+    membership.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")
     models = ["haiku", "sonnet", "opus"]
     for i in range(1, analysts + 1):
-        teams.add_member(
+        membership.add_member(
             TEAM,
             f"analyst-{i}",
             model=models[(i - 1) % 3],

@@ -18,21 +18,14 @@ import pytest
 from factories import TEAM, research_team
 from freezegun import freeze_time
 
-from models import approval, inbox
+from models import approval, inbox, shutdown
 from models import team as teams
-from models.approval import (
-    AlreadyDecided,
-    ApprovalError,
-    ApprovalStatus,
-    NotAllowed,
-    ShutdownError,
-    ShutdownStatus,
-    TimeoutAction,
-    TimeoutPolicy,
-)
+from models.approval import AlreadyDecided, ApprovalStatus, NotAllowed, TimeoutAction
 from models.base import utcnow
 from models.db import session_scope
 from models.inbox import InboxError
+from models.shutdown import ShutdownError, ShutdownStatus
+from models.team_settings import ApprovalError, TimeoutPolicy
 
 pytestmark = pytest.mark.usefixtures("db_url", "home")
 
@@ -377,7 +370,7 @@ def test_concurrent_approve_and_deny_from_two_processes_make_one_decision() -> N
 
 def test_shutdown_request_reaches_the_member_with_its_request_id() -> None:
     research_team()
-    row = approval.request_shutdown(TEAM, "analyst-1", reason="tasks_complete", timeout=30)
+    row = shutdown.request_shutdown(TEAM, "analyst-1", reason="tasks_complete", timeout=30)
     assert row.status == ShutdownStatus.REQUESTED
     assert row.request_id.startswith("req-shutdown-")
     message = inbox.messages(TEAM, "analyst-1")[-1]
@@ -389,9 +382,9 @@ def test_shutdown_request_reaches_the_member_with_its_request_id() -> None:
     assert message.meta == {"request_id": row.request_id}
     assert message.payload["requestId"] == row.request_id
     with pytest.raises(ShutdownError, match="under way already"):
-        approval.request_shutdown(TEAM, "analyst-1")
+        shutdown.request_shutdown(TEAM, "analyst-1")
     with pytest.raises(ShutdownError, match="leads team"):
-        approval.request_shutdown(TEAM, "coordinator")
+        shutdown.request_shutdown(TEAM, "coordinator")
 
 
 def test_approved_shutdown_makes_the_member_inactive_with_its_metadata() -> None:
@@ -401,13 +394,13 @@ def test_approved_shutdown_makes_the_member_inactive_with_its_metadata() -> None
     with session_scope() as s:
         for tokens in (5000, 7500):
             s.add(TaskMetricsRow(team=TEAM, member="analyst-1", tokens=tokens, ended_at=utcnow()))
-    row = approval.request_shutdown(TEAM, "analyst-1", reason="tasks_complete")
+    row = shutdown.request_shutdown(TEAM, "analyst-1", reason="tasks_complete")
     answer = json.dumps({"requestId": row.request_id, "backendType": "in-process"})
     payload = inbox.parse_payload("shutdown_approved", answer)
     inbox.send_payload(TEAM, to="coordinator", sender="analyst-1", payload=payload)
-    taken = approval.take_answers(row.request_id)
+    taken = shutdown.take_answers(row.request_id)
     assert (taken.status, taken.backend_type) == (ShutdownStatus.APPROVED, "in-process")
-    done = approval.complete_shutdown(row.request_id)
+    done = shutdown.complete_shutdown(row.request_id)
     assert done.completed_at is not None
     member = teams.list_members(TEAM)[1]
     assert (member.name, member.is_active) == ("analyst-1", False)
@@ -417,31 +410,31 @@ def test_approved_shutdown_makes_the_member_inactive_with_its_metadata() -> None
         "total_tokens": 12500,
         "shutdown_reason": "tasks_complete",
     }
-    assert approval.complete_shutdown(row.request_id).completed_at == done.completed_at
+    assert shutdown.complete_shutdown(row.request_id).completed_at == done.completed_at
     with pytest.raises(InboxError, match="shut down"):
         inbox.send(TEAM, to="analyst-1", sender="coordinator", text="still there?")
     with pytest.raises(ShutdownError, match="shut down already"):
-        approval.request_shutdown(TEAM, "analyst-1")
+        shutdown.request_shutdown(TEAM, "analyst-1")
 
 
 def test_a_refusal_needs_a_reason_and_a_later_approval_wins() -> None:
     research_team()
-    row = approval.request_shutdown(TEAM, "analyst-1")
+    row = shutdown.request_shutdown(TEAM, "analyst-1")
     with pytest.raises(ShutdownError, match="needs a reason"):
-        approval.answer_shutdown(row.request_id, approved=False)
-    refused = approval.answer_shutdown(row.request_id, approved=False, reason="busy with task-7")
+        shutdown.answer_shutdown(row.request_id, approved=False)
+    refused = shutdown.answer_shutdown(row.request_id, approved=False, reason="busy with task-7")
     assert (refused.status, refused.refusal_reason) == (ShutdownStatus.REFUSED, "busy with task-7")
     with pytest.raises(ShutdownError, match="only an approved"):
-        approval.complete_shutdown(row.request_id)
-    assert approval.answer_shutdown(row.request_id, approved=True).status == ShutdownStatus.APPROVED
-    late = approval.answer_shutdown(row.request_id, approved=False, reason="changed my mind")
+        shutdown.complete_shutdown(row.request_id)
+    assert shutdown.answer_shutdown(row.request_id, approved=True).status == ShutdownStatus.APPROVED
+    late = shutdown.answer_shutdown(row.request_id, approved=False, reason="changed my mind")
     assert late.status == ShutdownStatus.APPROVED
 
 
 def test_forced_shutdown_is_recorded_as_forced() -> None:
     research_team()
-    row = approval.request_shutdown(TEAM, "analyst-2", reason="over budget")
-    done = approval.complete_shutdown(row.request_id, forced=True, cause="no answer within 30 s")
+    row = shutdown.request_shutdown(TEAM, "analyst-2", reason="over budget")
+    done = shutdown.complete_shutdown(row.request_id, forced=True, cause="no answer within 30 s")
     assert (done.status, done.cause) == (ShutdownStatus.FORCED, "no answer within 30 s")
     member = next(m for m in teams.list_members(TEAM) if m.name == "analyst-2")
     assert member.is_active is False
@@ -451,15 +444,15 @@ def test_forced_shutdown_is_recorded_as_forced() -> None:
 
 def test_a_busy_member_is_done_once_it_says_so_after_refusing() -> None:
     research_team()
-    row = approval.request_shutdown(TEAM, "analyst-1")
-    refused = approval.answer_shutdown(row.request_id, approved=False, reason="busy")
-    assert not approval.task_finished_since(TEAM, "analyst-1", refused.refused_at)
+    row = shutdown.request_shutdown(TEAM, "analyst-1")
+    refused = shutdown.answer_shutdown(row.request_id, approved=False, reason="busy")
+    assert not shutdown.task_finished_since(TEAM, "analyst-1", refused.refused_at)
     note = inbox.parse_payload(
         "idle_notification", json.dumps({"from": "analyst-1", "idleReason": "task_complete"})
     )
     inbox.send_payload(TEAM, to="coordinator", sender="analyst-1", payload=note)
-    assert approval.task_finished_since(TEAM, "analyst-1", refused.refused_at)
-    again = approval.ask_again(row.request_id)
+    assert shutdown.task_finished_since(TEAM, "analyst-1", refused.refused_at)
+    again = shutdown.ask_again(row.request_id)
     assert (again.status, again.asks) == (ShutdownStatus.REQUESTED, 2)
     requests = [m for m in inbox.messages(TEAM, "analyst-1") if m.type == "shutdown_request"]
     assert len(requests) == 2

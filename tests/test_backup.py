@@ -15,12 +15,13 @@ import sqlalchemy as sa
 from factories import TEAM, fixture
 from sqlmodel import Session
 
-from models import backup, db, inbox
+from models import backup, db, inbox, membership, presence
 from models import team as teams
 from models.agent import MessageRow
 from models.alert import Alert
-from models.approval import PlanApproval, Shutdown
+from models.approval import PlanApproval
 from models.backup import BackupError
+from models.shutdown import Shutdown
 from models.tables import metadata
 from models.task import TaskAssigneeRow, TaskMetricsRow, TaskRow, TaskStatus, TaskStatusRow
 from models.team import TeamError
@@ -160,7 +161,7 @@ def test_import_then_export_reproduces_the_folder(tmp_path: Path, home: Path) ->
     # The imported team is a live one: nothing is taken in twice (the entry without a
     # messageId included), and new messages go after the imported ones.
     assert inbox.sync(TEAM) == {"coordinator": (0, 0), "analyst-1": (0, 0), "analyst-2": (0, 0)}
-    assert teams.team_state(TEAM)["unread"] == {"coordinator": 1, "analyst-1": 3, "analyst-2": 1}
+    assert presence.team_state(TEAM)["unread"] == {"coordinator": 1, "analyst-1": 3, "analyst-2": 1}
     sent = inbox.send(TEAM, to="analyst-1", sender="coordinator", text="One more thing")
     again = read_folder(backup.export_team(TEAM, tmp_path / "again"))
     assert again["inboxes/analyst-1.json"] == [*files["inboxes/analyst-1.json"], sent.entry_dict()]
@@ -305,7 +306,7 @@ def populate(tmp_path: Path, home: Path) -> None:
     backup.import_team(write_folder(tmp_path / "in", team_files()))
     inbox.send(TEAM, to="analyst-1", sender="coordinator", text="Start with the west region")
     inbox.mark_read(TEAM, "analyst-1", ["msg-task-001"])
-    teams.heartbeat(TEAM, "analyst-1", status="thinking")
+    presence.heartbeat(TEAM, "analyst-1", status="thinking")
     status = TaskStatus.model_validate(fixture("004_task_status"))
     with Session(db.engine()) as s:
         task = TaskRow(
@@ -369,7 +370,7 @@ def test_backup_delete_restore_reproduces_the_team(tmp_path: Path, home: Path) -
     assert f"tasks/{TEAM}/analyst-1/artifacts/report.md" in files
 
     archive = backup.backup(TEAM, tmp_path / "research-team.tar.gz")
-    teams.delete_team(TEAM)
+    membership.delete_team(TEAM)
     assert teams.list_teams() == []
     assert snapshot(home)[1] == {}
 
@@ -385,7 +386,7 @@ def test_restore_refuses_an_existing_team_unless_forced(tmp_path: Path, home: Pa
     archive = backup.backup(TEAM, tmp_path / "research-team.tar.gz")
 
     inbox.send(TEAM, to="analyst-1", sender="coordinator", text="after the backup")
-    teams.add_member(TEAM, "analyst-3", model="haiku", prompt="You check the numbers.")
+    membership.add_member(TEAM, "analyst-3", model="haiku", prompt="You check the numbers.")
     (home / "tasks" / TEAM / "analyst-1" / "output.log").write_text("overwritten\n")
     changed = snapshot(home)
     assert changed != before
@@ -416,7 +417,7 @@ def _reset_id_sequences() -> None:
 def test_a_restored_team_keeps_working_in_a_new_database(tmp_path: Path, home: Path) -> None:
     populate(tmp_path, home)
     archive = backup.backup(TEAM, tmp_path / "research-team.tar.gz")
-    teams.delete_team(TEAM)
+    membership.delete_team(TEAM)
     _reset_id_sequences()
 
     backup.restore(archive)
@@ -430,7 +431,7 @@ def test_a_restored_team_keeps_working_in_a_new_database(tmp_path: Path, home: P
 
 def test_delete_leaves_no_row_of_the_team(tmp_path: Path, home: Path) -> None:
     populate(tmp_path, home)
-    teams.delete_team(TEAM)
+    membership.delete_team(TEAM)
     assert snapshot(home) == ({}, {})
 
 
@@ -547,7 +548,7 @@ def test_restore_refuses_an_unsafe_archive_and_writes_nothing(
 ) -> None:
     populate(tmp_path, home)
     good = backup.backup(TEAM, tmp_path / "good.tar.gz")
-    teams.delete_team(TEAM)
+    membership.delete_team(TEAM)
     bad = make(tmp_path / "bad.tar.gz", good)
     before = row_counts(), files_under(tmp_path)
 

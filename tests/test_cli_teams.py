@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from factories import TEAM, research_team
 from test_backup import read_folder, team_files, write_folder
 
-from models import backup, db
+from models import backup, db, membership, presence
 from models import team as teams
 from models.tables import metadata
 
@@ -146,7 +146,7 @@ def test_a_team_from_creation_to_a_read_inbox(env: dict[str, str], home: Path) -
     shown = ok(env, "msg", "inbox", TEAM, "analyst-1", "--mark-read")
     assert "coordinator: Q4 sales analysis request" in shown
     assert all(e["read"] for e in inbox_on_disk(home, "analyst-1"))
-    assert teams.team_state(TEAM)["unread"]["analyst-1"] == 0
+    assert presence.team_state(TEAM)["unread"]["analyst-1"] == 0
 
     beat = ok_json(env, "member", "heartbeat", TEAM, "analyst-1", "--status", "thinking")
     assert (beat["agent_id"], beat["status"]) == ("analyst-1@research-team", "thinking")
@@ -173,7 +173,7 @@ def test_export_backup_delete_restore_import_through_the_cli(
 
     assert ok_json(env, "team", "import", str(out)) == {"team": TEAM}
     assert ok_json(env, "team", "show", TEAM) == config
-    teams.add_member(TEAM, "analyst-3", model="haiku", prompt="Joined after the backup.")
+    membership.add_member(TEAM, "analyst-3", model="haiku", prompt="Joined after the backup.")
     refused(teamflow(env, "team", "restore", str(archive)), "exists", "--force")
     assert ok(env, "team", "restore", str(archive), "--force").strip() == f"restored team {TEAM}"
     assert config_on_disk(home) == config
@@ -320,6 +320,7 @@ def test_team_settings_shape_who_decides_and_when_and_refuse_bad_values(
     env: dict[str, str],
 ) -> None:
     from models import approval
+    from models import team as teams
 
     research_team()
     assert ok_json(env, "team", "settings", TEAM) == {}
@@ -329,7 +330,7 @@ def test_team_settings_shape_who_decides_and_when_and_refuse_bad_values(
         "--concurrency", "2",
     )  # fmt: skip
     assert stored["approvers"] == ["reviewer", "analyst-2"]
-    config = approval.settings_of(TEAM)
+    config = teams.settings_of(TEAM)
     assert config.deciders == ("coordinator", "reviewer", "analyst-2")
     assert (config.timeout_s, config.policy, config.escalation_s) == (600, "escalate", 120)
     row = approval.request_plan(TEAM, "analyst-1", "## Plan", "plan")

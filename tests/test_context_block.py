@@ -19,7 +19,7 @@ from flows.runtimes import tool_results
 from flows.scope import ScopeError, read_knowledge, step_scope
 from flows.team_task import team_task
 from flows.tools import builtin_tools, install_builtin_tools
-from models import team as teams
+from models import membership
 from models.agent import ActionContext, load_conversation
 from models.db import session_scope
 from models.knowledge import (
@@ -237,7 +237,7 @@ def prefect():
 
 @pytest.fixture
 def team(prefect, home: Path, db_url: str, data: Path) -> Path:
-    teams.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")
+    membership.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")
     install_builtin_tools()
     store_docs(data)
     return data
@@ -258,7 +258,7 @@ def _tool(name: str, params: dict, execution: str = "SYNC") -> dict:
 
 
 def _run(root: Path, playbook: list[dict]) -> tuple[dict, dict[str, ToolResult]]:
-    teams.add_member(
+    membership.add_member(
         TEAM, "analyst-1", model="haiku", prompt="You analyse Q4.",
         runtime={
             "kind": "scripted", "playbook": playbook, "resources": member_resources(root),

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from factories import TEAM, research_team
 
-from models import inbox, mirror
+from models import inbox, membership, mirror, presence
 from models import team as teams
 from models.inbox import InboxError, PlanApprovalRequest
 from models.team import TeamError
@@ -43,9 +43,9 @@ def test_members_get_agent_ids_and_colours_in_the_seeds_order(home: Path) -> Non
 def test_duplicate_member_and_team_are_refused(home: Path) -> None:
     research_team()
     with pytest.raises(TeamError, match="has a member named 'analyst-1' already"):
-        teams.add_member(TEAM, "analyst-1", model="haiku", prompt="again")
+        membership.add_member(TEAM, "analyst-1", model="haiku", prompt="again")
     with pytest.raises(TeamError, match="exists already"):
-        teams.create_team(TEAM, description="again")
+        membership.create_team(TEAM, description="again")
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_bad_member_is_refused_and_nothing_written(home: Path, kwargs: dict, mes
     before = (home / "teams" / TEAM / "config.json").read_bytes()
     args = {"model": "haiku", "prompt": "p", **kwargs}
     with pytest.raises(TeamError, match=message):
-        teams.add_member(TEAM, "analyst-9", **args)
+        membership.add_member(TEAM, "analyst-9", **args)
     assert [m.name for m in teams.list_members(TEAM)] == ["coordinator", "analyst-1", "analyst-2"]
     assert (home / "teams" / TEAM / "config.json").read_bytes() == before
 
@@ -72,9 +72,9 @@ def test_bad_member_is_refused_and_nothing_written(home: Path, kwargs: dict, mes
 def test_names_that_could_leave_home_are_refused(home: Path, name: str) -> None:
     research_team()
     with pytest.raises(ValueError, match="not a member name"):
-        teams.add_member(TEAM, name, model="haiku", prompt="p")
+        membership.add_member(TEAM, name, model="haiku", prompt="p")
     with pytest.raises(ValueError, match="not a team name"):
-        teams.create_team(name, description="d")
+        membership.create_team(name, description="d")
     assert sorted(p.name for p in (home / "teams").iterdir()) == [TEAM]
 
 
@@ -186,20 +186,20 @@ def test_notification_reads_back_as_a_notification(home: Path) -> None:
 
 def test_heartbeat_updates_agent_state(home: Path) -> None:
     research_team()
-    first = teams.heartbeat(TEAM, "analyst-1", status="thinking")
-    second = teams.heartbeat(TEAM, "analyst-1")
+    first = presence.heartbeat(TEAM, "analyst-1", status="thinking")
+    second = presence.heartbeat(TEAM, "analyst-1")
     assert second.agent_id == "analyst-1@research-team"
     assert second.status == "idle"
     assert second.last_heartbeat >= first.last_heartbeat
     with pytest.raises(TeamError, match="status 'asleep'"):
-        teams.heartbeat(TEAM, "analyst-1", status="asleep")
+        presence.heartbeat(TEAM, "analyst-1", status="asleep")
 
 
 def test_status_is_the_004_export_with_unread_counts(home: Path) -> None:
     research_team()
     inbox.send(TEAM, to="analyst-1", sender="coordinator", text="go")
     teams.set_member(TEAM, "analyst-2", is_active=False)
-    state = teams.team_state(TEAM)
+    state = presence.team_state(TEAM)
     assert state["team"] == TEAM
     assert state["active_members"] == ["coordinator", "analyst-1"]
     assert state["total_members"] == 3
@@ -209,7 +209,7 @@ def test_status_is_the_004_export_with_unread_counts(home: Path) -> None:
 def test_delete_team_removes_rows_and_files(home: Path) -> None:
     research_team()
     inbox.send(TEAM, to="analyst-1", sender="coordinator", text="go")
-    teams.delete_team(TEAM)
+    membership.delete_team(TEAM)
     assert teams.list_teams() == []
     assert not (home / "teams" / TEAM).exists()
     with pytest.raises(TeamError):
@@ -253,7 +253,7 @@ def test_jq_recipes_on_config_answer_as_the_database(home: Path) -> None:
       total_members: (.members | length)
     }"""
     state = jq(export_recipe, config)
-    export = teams.team_state(TEAM)
+    export = presence.team_state(TEAM)
     assert state == {k: export[k] for k in ("team", "created", "active_members", "total_members")}
     assert jq('.schemaVersion // "1.0.0"', config) == "1.0.0"
 

@@ -15,8 +15,7 @@ import pytest
 from freezegun import freeze_time
 from nbclient import NotebookClient
 
-from models import approval, inbox
-from models import team as teams
+from models import approval, inbox, membership
 from models.task import (
     ExecutionStatus,
     TaskMetricsRow,
@@ -70,12 +69,12 @@ def _metrics(member: str, task_id: uuid.UUID, seconds: float, **counts: int) -> 
 
 
 def test_team_metrics_shows_what_teamflow_recorded(db_url: str, home: Path) -> None:
-    teams.create_team(TEAM, description="Q4 sales analysis", lead="coordinator")
+    membership.create_team(TEAM, description="Q4 sales analysis", lead="coordinator")
     for name in ("analyst-1", "analyst-2"):
-        teams.add_member(TEAM, name, model="haiku", prompt=f"You are {name}.")
+        membership.add_member(TEAM, name, model="haiku", prompt=f"You are {name}.")
     # Another team's records stay out of TEAM's figures.
-    teams.create_team("other-team", description="Other", lead="boss")
-    teams.add_member("other-team", "helper", model="haiku", prompt="p")
+    membership.create_team("other-team", description="Other", lead="boss")
+    membership.add_member("other-team", "helper", model="haiku", prompt="p")
     create_task("other-team", title="Elsewhere", assignees=["helper"])
 
     both = create_task(TEAM, title="Q4 trends", assignees=["analyst-1", "analyst-2"])

@@ -35,7 +35,7 @@ from prefect_server import (
     wait_until,
 )
 
-from models import approval, db, inbox
+from models import approval, db, inbox, team_settings
 from models.team import list_teams
 
 
@@ -250,5 +250,5 @@ def test_a_plan_waiting_in_process_outlives_a_server_outage_longer_than_client_r
 def _request(request_id: str) -> Any:
     try:
         return approval.get_request(request_id)
-    except approval.ApprovalError:
+    except team_settings.ApprovalError:
         return None

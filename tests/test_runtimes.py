@@ -20,11 +20,11 @@ from flows.runtimes import (
     ResultPending,
     StepError,
     StepRequest,
-    runtime_for,
     step_message,
     tool_result_message,
 )
 from flows.runtimes.command import CommandRuntime
+from flows.runtimes.kinds import runtime_for
 from flows.runtimes.openai import OpenAIRuntime
 from flows.runtimes.scripted import ScriptedRuntime
 from flows.tools import builtin_tools, run_tool

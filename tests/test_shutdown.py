@@ -23,7 +23,7 @@ import pytest
 from factories import TEAM, research_team
 from prefect_server import Run
 
-from models import inbox, mirror
+from models import inbox, membership, mirror
 from models import team as teams
 from models.base import format_js_timestamp, utcnow
 
@@ -227,7 +227,7 @@ def test_a_tmux_members_pane_is_closed_after_approval(
         ).stdout.strip()  # fmt: skip
         monkeypatch.setenv("TEAMFLOW_TMUX_SOCKET", socket)
         research_team()
-        teams.add_member(
+        membership.add_member(
             TEAM, "analyst-3", model="haiku", prompt="p", backend="tmux", tmux_pane_id=pane
         )
         run = start(member="analyst-3", timeout_s=60, request_id="req-shutdown-tmux1")

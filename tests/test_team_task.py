@@ -14,7 +14,7 @@ from factories import TEAM
 from prefect.testing.utilities import prefect_test_harness
 
 from flows.team_task import team_task
-from models import inbox
+from models import inbox, membership
 from models import team as teams
 from models.db import session_scope
 from models.task import TaskMetricsRow, create_task, get_task
@@ -29,7 +29,7 @@ def prefect():
 
 @pytest.fixture
 def team(prefect, home: Path, db_url: str) -> str:
-    teams.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")
+    membership.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")
     add_tool(
         ToolDefinition.model_validate(
             {
@@ -80,7 +80,7 @@ def _tool(name: str, params: dict) -> dict:
 
 
 def _member(name: str, playbook: list[dict], **kwargs) -> None:
-    teams.add_member(
+    membership.add_member(
         TEAM, name, model="haiku", prompt=f"You are {name}.",
         runtime={"kind": "scripted", "playbook": playbook}, **kwargs,
     )  # fmt: skip
@@ -209,7 +209,7 @@ def test_the_command_runtime_drives_a_member(team: str, tmp_path: Path) -> None:
         " 'response': 'saw ' + request['conversation'][-1]['content']['text']}\n"
         "print(json.dumps({'chimera': out, 'tokens': 42}))\n"
     )
-    teams.add_member(
+    membership.add_member(
         TEAM, "analyst-1", model="haiku", prompt="p",
         runtime={"kind": "command", "argv": [sys.executable, str(agent)], "timeout": 30},
     )  # fmt: skip

@@ -23,8 +23,7 @@ from teamflow_workers import ended_runs, postgres_databases, register_deployment
 from flows import runner
 from flows.demo_data import write_all
 from flows.tools import install_builtin_tools
-from models import db, inbox
-from models import team as teams
+from models import db, inbox, membership
 from models.agent import ExperienceLogRow
 from models.db import session_scope
 from models.task import TaskMetricsRow, create_task, get_task
@@ -85,10 +84,10 @@ def test_twenty_team_tasks_on_two_workers_each_complete_exactly_once(
         db.upgrade(teamflow_url)
         install_builtin_tools()
         sales, _ = write_all(tmp_path / "data")
-        teams.create_team(TEAM, description="Q4 sales analysis team", lead=LEAD)
+        membership.create_team(TEAM, description="Q4 sales analysis team", lead=LEAD)
         for name in MEMBERS:
-            teams.add_member(TEAM, name, model="haiku", prompt=f"You are {name}.",
-                             runtime={"kind": "scripted", "playbook": PLAYBOOK})  # fmt: skip
+            membership.add_member(TEAM, name, model="haiku", prompt=f"You are {name}.",
+                                  runtime={"kind": "scripted", "playbook": PLAYBOOK})  # fmt: skip
         tasks = [
             create_task(TEAM, title=f"Q4 region report {n}", creator=LEAD,
                         assignees=list(MEMBERS), params={"sales_path": str(sales)})

@@ -41,8 +41,7 @@ from teamflow_workers import postgres_databases
 
 from flows import runner
 from flows.system_alert import DEPLOYMENT
-from models import db, inbox
-from models import team as teams
+from models import db, inbox, membership
 from models.task import get_task
 
 AUTH = "teamflow:s3cret"
@@ -159,8 +158,8 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         # `teamflow task run ID`, as the README shows it: the worker works the team task.
         done = {"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True,
                 "response": "done"}  # fmt: skip
-        teams.add_member(TEAM, "runner", model="haiku", prompt="p",
-                         runtime={"kind": "scripted", "playbook": [done]})  # fmt: skip
+        membership.add_member(TEAM, "runner", model="haiku", prompt="p",
+                              runtime={"kind": "scripted", "playbook": [done]})  # fmt: skip
         created = teamflow(["task", "create", TEAM, "--title", "Up", "--assignee", "runner"], env)
         assert created.returncode == 0, created.stderr
         task_id = created.stdout.strip()

@@ -41,9 +41,9 @@ def member_add(
     as_json: JsonFlag = False,
 ) -> None:
     """Adds a member to a team (agentId name@team, active, with an initial system message)."""
-    from models import team
+    from models import membership
 
-    member = team.add_member(
+    member = membership.add_member(
         team_name, name, model=model, prompt=prompt, agent_type=agent_type, backend=backend,
         color=color, tmux_pane_id=pane, plan_mode_required=plan_mode or None,
     )  # fmt: skip
@@ -81,9 +81,9 @@ def member_heartbeat(
     as_json: JsonFlag = False,
 ) -> None:
     """Records that a member is alive (agent_state.last_heartbeat)."""
-    from models import team
+    from models import presence
 
-    state = team.heartbeat(team_name, name, status=status)
+    state = presence.heartbeat(team_name, name, status=status)
     if as_json:
         emit(
             {
@@ -108,13 +108,13 @@ def member_shutdown(
     as_json: JsonFlag = False,
 ) -> None:
     """Shuts a member down through the handshake: starts a shutdown-member run."""
-    from models import approval
+    from models import shutdown
 
     try:
-        approval.check_shutdown(team_name, name)
-    except approval.ShutdownError as exc:
+        shutdown.check_shutdown(team_name, name)
+    except shutdown.ShutdownError as exc:
         fail(str(exc))
-    request_id = approval.new_shutdown_id()
+    request_id = shutdown.new_shutdown_id()
     run = start_run(
         "shutdown-member/shutdown-member",
         {"team": team_name, "member": name, "reason": reason, "timeout_s": timeout,

@@ -32,12 +32,13 @@ def plan_request(
 ) -> None:
     """Asks the lead to approve a plan: starts a plan-approval run (needs `teamflow up`)."""
     from models import approval
+    from models.team_settings import ApprovalError
 
     try:
         revision = approval.check_request(
             team_name, member, previous_request_id=revises, policy=policy
         )
-    except approval.ApprovalError as exc:
+    except ApprovalError as exc:
         fail(str(exc))
     request_id = approval.new_plan_id()
     run = start_run(
@@ -79,15 +80,17 @@ def plan_list(
 
 def _decide(request_id: str, approve: bool, feedback: str | None, decider: str | None) -> None:
     from models import approval
+    from models import team as teams
+    from models.team_settings import ApprovalError
 
     try:
         request = approval.get_request(request_id)
         if request.flow_run_id and request.is_open:
             # Imported before deciding, so the resume follows the decision at once.
             import prefect.flow_runs  # noqa: F401
-        decider = decider or approval.settings_of(request.team).lead
+        decider = decider or teams.settings_of(request.team).lead
         row = approval.decide(request_id, approve=approve, decider=decider, feedback=feedback)
-    except approval.ApprovalError as exc:
+    except ApprovalError as exc:
         fail(str(exc))
     typer.echo(f"plan {row.request_id} of {row.member} {row.status} by {decider}")
     if row.flow_run_id:

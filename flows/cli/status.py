@@ -51,9 +51,9 @@ def status(
     team_name: Annotated[str, typer.Argument(metavar="TEAM")], as_json: JsonFlag = False
 ) -> None:
     """The team's state (004 Export Team State) with unread counts per member."""
-    from models import team
+    from models import presence
 
-    state = team.team_state(team_name)
+    state = presence.team_state(team_name)
     if as_json:
         emit(state)
         return

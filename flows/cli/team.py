@@ -23,9 +23,9 @@ def team_create(
     as_json: JsonFlag = False,
 ) -> None:
     """Creates a team with its lead, and writes its config.json."""
-    from models import team
+    from models import membership
 
-    row = team.create_team(name, description=description, lead=lead)
+    row = membership.create_team(name, description=description, lead=lead)
     if as_json:
         emit({"team": row.name, "lead": row.lead})
     else:
@@ -145,13 +145,13 @@ def team_delete(
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask.")] = False,
 ) -> None:
     """Deletes a team: its rows and its files."""
-    from models import team
+    from models import membership
 
     if not yes:
         if not sys.stdin.isatty():
             fail(f"not deleting team {name} without --yes (there is no terminal to ask on)")
         typer.confirm(f"delete team {name} and all its messages?", abort=True)
-    team.delete_team(name)
+    membership.delete_team(name)
     typer.echo(f"deleted team {name}")
 
 

@@ -25,8 +25,8 @@ def tool_add(
     from pydantic import ValidationError
 
     from flows.tools import load_tool_file
-    from models.formats import error_lines
     from models.tool import add_tool
+    from models.wire_support import error_lines
 
     try:
         definition = load_tool_file(file)

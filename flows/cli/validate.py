@@ -33,7 +33,8 @@ def validate(
     """
     from pydantic import ValidationError
 
-    from models.formats import FORMATS, detect, error_lines
+    from models.formats import FORMATS, detect
+    from models.wire_support import error_lines
 
     try:
         data = json.loads(file.read_text(encoding="utf-8"))

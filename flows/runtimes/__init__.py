@@ -5,7 +5,8 @@ its task, its `003` conversation so far, the `000` tools it may use and its unre
 result is one Chimera response and the tokens it cost. The `team-task` flow executes the
 actions and calls `step` again until the response says `stop`.
 
-`runtime_for(member.runtime)` picks the runtime from the member's runtime config:
+`flows.runtimes.kinds.runtime_for(member.runtime)` picks the runtime from the member's runtime
+config:
 
 - `{"kind": "scripted", "playbook": [...] | "path/to/playbook.json"}` (the default)
 - `{"kind": "command", "argv": [...], "timeout": 60}`
@@ -41,7 +42,6 @@ __all__ = [
     "StepRequest",
     "StepResult",
     "parse_chimera",
-    "runtime_for",
     "step_message",
     "tool_result_message",
     "tool_results",
@@ -110,28 +110,6 @@ class AgentRuntime(Protocol):
     """Something that answers a step with a Chimera response."""
 
     def step(self, request: StepRequest) -> StepResult: ...
-
-
-def runtime_for(config: dict[str, Any] | None) -> AgentRuntime:
-    """The runtime a member's `runtime` config asks for (`kind`, default `scripted`).
-
-    Raises `ValueError` for an unknown kind or a config the runtime cannot use.
-    """
-    config = dict(config or {})
-    kind = config.get("kind", "scripted")
-    if kind == "scripted":
-        from flows.runtimes.scripted import ScriptedRuntime
-
-        return ScriptedRuntime.from_config(config)
-    if kind == "command":
-        from flows.runtimes.command import CommandRuntime
-
-        return CommandRuntime.from_config(config)
-    if kind == "openai":
-        from flows.runtimes.openai import OpenAIRuntime
-
-        return OpenAIRuntime.from_config(config)
-    raise ValueError(f"unknown runtime kind {kind!r}: use scripted, command or openai")
 
 
 def parse_chimera(data: Any, *, source: str) -> ChimeraResponse:

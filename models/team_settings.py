@@ -1,0 +1,94 @@
+"""A team's approval and shutdown settings (`Team.settings`), read and checked.
+
+Pure: no database. `models.team.settings_of` reads them for a team by name;
+`models.approval` and `models.shutdown` act on them.
+
+Team settings (`Team.settings`) that shape approvals and shutdowns, all optional:
+
+| key | meaning | default |
+|---|---|---|
+| `approvers` | who may decide plans besides the lead | `[]` |
+| `plan_timeout_seconds` | how long a plan waits for a decision | 3600 |
+| `plan_timeout_policy` | `deny`, `approve` or `escalate` when nobody decided | `deny` |
+| `plan_escalation_seconds` | after an escalation, how long until a denial | the timeout |
+| `plan_max_revisions` | how many times a member may ask (first plan included) | 3 |
+| `shutdown_timeout_seconds` | how long a shutdown waits for the member's answer | 300 |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+DEFAULT_PLAN_TIMEOUT_S = 3600.0
+DEFAULT_MAX_REVISIONS = 3
+DEFAULT_SHUTDOWN_TIMEOUT_S = 300.0
+
+
+class ApprovalError(ValueError):
+    """A refused approval operation; the message is one line for the user."""
+
+
+class TimeoutPolicy(StrEnum):
+    """What happens to a plan nobody decided on in time."""
+
+    DENY = "deny"
+    APPROVE = "approve"
+    ESCALATE = "escalate"  # an ALARM to the lead, then wait up to a hard limit, then deny
+
+
+@dataclass(frozen=True)
+class ApprovalSettings:
+    """A team's approval settings (`Team.settings`), with their defaults."""
+
+    lead: str
+    approvers: tuple[str, ...] = ()
+    timeout_s: float = DEFAULT_PLAN_TIMEOUT_S
+    policy: TimeoutPolicy = TimeoutPolicy.DENY
+    escalation_s: float | None = None
+    max_revisions: int = DEFAULT_MAX_REVISIONS
+    shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+
+    @classmethod
+    def of(cls, team: Any) -> ApprovalSettings:
+        """The settings of a `models.team.Team` row; a malformed setting is refused by name."""
+        raw = team.settings or {}
+        approvers = raw.get("approvers") or []
+        if not isinstance(approvers, list) or not all(isinstance(a, str) for a in approvers):
+            raise ApprovalError(f"team {team.name}: setting approvers must be a list of names")
+        policy = raw.get("plan_timeout_policy", TimeoutPolicy.DENY.value)
+        try:
+            policy = TimeoutPolicy(policy)
+        except ValueError:
+            choices = ", ".join(p.value for p in TimeoutPolicy)
+            raise ApprovalError(
+                f"team {team.name}: setting plan_timeout_policy {policy!r} is not one of {choices}"
+            ) from None
+        return cls(
+            lead=team.lead,
+            approvers=tuple(approvers),
+            timeout_s=_positive(team.name, raw, "plan_timeout_seconds", DEFAULT_PLAN_TIMEOUT_S),
+            policy=policy,
+            escalation_s=_positive(team.name, raw, "plan_escalation_seconds", None),
+            max_revisions=int(
+                _positive(team.name, raw, "plan_max_revisions", DEFAULT_MAX_REVISIONS)
+            ),
+            shutdown_timeout_s=_positive(
+                team.name, raw, "shutdown_timeout_seconds", DEFAULT_SHUTDOWN_TIMEOUT_S
+            ),
+        )
+
+    @property
+    def deciders(self) -> tuple[str, ...]:
+        """Who may decide a plan: the lead, then the configured approvers."""
+        return (self.lead, *(a for a in self.approvers if a != self.lead))
+
+
+def _positive(team: str, raw: dict[str, Any], key: str, default: Any) -> Any:
+    value = raw.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ApprovalError(f"team {team}: setting {key} must be a positive number, not {value!r}")
+    return float(value)
