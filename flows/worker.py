@@ -32,8 +32,9 @@ import os
 import queue
 import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ import anyio.abc
 from prefect.client.schemas.objects import FlowRun
 from prefect.events.clients import get_events_subscriber
 from prefect.events.filters import EventAnyResourceFilter, EventFilter, EventNameFilter
+from prefect.flow_engine import AsyncFlowRunEngine
 from prefect.flows import Flow
 from prefect.logging.loggers import flow_run_logger
 from prefect.workers.process import ProcessJobConfiguration, ProcessWorker, ProcessWorkerResult
@@ -52,6 +54,14 @@ POOL = "teamflow"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LIMIT = 8
 """Runs at a time per worker; Prefect's server on SQLite starts refusing (503) near 50."""
+LEAD_SECONDS = 1
+"""How early a run due later is taken from the pool (the worker's prefetch, and how long
+before a run's time the timer polls): taking it (a poll, its Pending and Submitting states)
+takes a few requests, so at its time it only has to start. A whole number: Prefect rounds
+it down. Prefect's default, 10 s, would keep a slot (of `DEFAULT_LIMIT`) per timer due in
+the next 10 s, and runs due behind them would wait for a slot and the next poll."""
+TIMER_IDLE_SECONDS = 60.0
+"""How long the timer waits with no future run in sight (a Scheduled event re-arms it)."""
 
 
 def teamflow_flow(entrypoint: str | None) -> Flow[..., Any] | None:
@@ -198,15 +208,69 @@ async def _cancel_leftovers() -> None:
     await asyncio.gather(*leftovers, return_exceptions=True)
 
 
+def _due(flow_run: FlowRun) -> datetime | None:
+    """When a run may start: the time of the Scheduled state it was taken in.
+
+    `expected_start_time` stays the first time when a run is scheduled again.
+    """
+    return flow_run.next_scheduled_start_time or flow_run.expected_start_time
+
+
+class _OnTimeEngine(AsyncFlowRunEngine):
+    """Prefect's engine for async flows, holding a run's move to Running until its time.
+
+    What the engine does before that move (the run's policy and name, two writes) is done
+    while the run waits, so at its time one request starts it. Prefect's server would hold
+    back an early start only to the nearest second, and then at the client's next try.
+    """
+
+    not_before: datetime | None = None
+
+    async def set_state(self, state: Any, force: bool = False) -> Any:
+        if state.is_running() and self.not_before is not None:
+            wait, self.not_before = (self.not_before - datetime.now(UTC)).total_seconds(), None
+            if wait > 0:
+                await asyncio.sleep(wait)
+        return await super().set_state(state, force)
+
+
+async def _run_on_time(flow: Flow[..., Any], flow_run: FlowRun, due: datetime) -> Any:
+    """`run_flow_async` (Prefect's), on `_OnTimeEngine`: starts the run at `due`, not before."""
+    from prefect.flow_engine import _flow_parameters
+
+    engine: _OnTimeEngine = _OnTimeEngine(
+        flow=flow, flow_run=flow_run, parameters=_flow_parameters(flow, flow_run, None)
+    )
+    engine.not_before = due
+    async with engine.start():
+        while engine.is_running():
+            async with engine.run_context():
+                await engine.call_flow_fn()
+    return engine.state
+
+
 def _execute(flow: Flow[..., Any], flow_run: FlowRun) -> None:
-    """Runs one flow run to its end in the calling thread (on its kept event loop, if any)."""
+    """Runs one flow run to its end in the calling thread (on its kept event loop, if any).
+
+    A run taken ahead of its time (the worker's prefetch) starts at its time, never
+    earlier: a TIMER alert must not fire before it is due.
+    """
     from prefect.exceptions import Abort, Pause
     from prefect.flow_engine import run_flow
 
+    due = _due(flow_run)
+    logger = flow_run_logger(flow_run)
     try:
-        outcome = run_flow(
-            flow, flow_run=flow_run, return_type="state", error_logger=flow_run_logger(flow_run)
-        )
+        if due is not None and flow.isasync and not flow.isgenerator:
+            try:
+                _run_here(_run_on_time(flow, flow_run, due))
+            except Exception:  # as `run_flow` reports it
+                logger.error("Engine execution exited with unexpected exception", exc_info=True)
+                raise
+            return
+        if due is not None:
+            time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
+        outcome = run_flow(flow, flow_run=flow_run, return_type="state", error_logger=logger)
         if inspect.isawaitable(outcome):
             _run_here(outcome)
     except (Pause, Abort):
@@ -227,7 +291,9 @@ class TeamflowWorker(ProcessWorker):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("limit", DEFAULT_LIMIT)
+        kwargs.setdefault("prefetch_seconds", LEAD_SECONDS)
         super().__init__(*args, **kwargs)
+        self._timers_changed = anyio.Event()
         self._entrypoints: dict[Any, str | None] = {}
         self.flow_threads = FlowThreads(self._limit or DEFAULT_LIMIT)
 
@@ -242,11 +308,6 @@ class TeamflowWorker(ProcessWorker):
             return await super().run(flow_run, configuration, task_status)
         if task_status is not None:
             task_status.started(os.getpid())
-        # Runs fetched ahead of time (prefetch) start when they are due, not earlier: a
-        # TIMER alert must not fire before its time.
-        due = flow_run.expected_start_time or flow_run.next_scheduled_start_time
-        if due is not None:
-            await anyio.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
         try:
             await self.flow_threads.run(_execute, flow, flow_run)
         except Exception:
@@ -299,6 +360,71 @@ class TeamflowWorker(ProcessWorker):
             self._entrypoints[flow_run.deployment_id] = deployment.entrypoint
         return self._entrypoints[flow_run.deployment_id]
 
+    async def keep_timers(self) -> None:
+        """Polls `LEAD_SECONDS` before the pool's next Scheduled run is due.
+
+        Prefect's poll (every few seconds) takes runs due within the prefetch window, so a
+        run scheduled for later would start up to a poll interval late. This timer asks
+        for the earliest Scheduled run beyond what its last poll covered, sleeps until just
+        before it, and polls. A Scheduled event (a new timer, maybe an earlier one) re-arms
+        it (`listen_for_runs`). Each wake is for a run beyond the last poll's reach, so a
+        run the poll cannot take (the limit is reached, its queue is paused) is left to
+        the regular poll rather than woken for again and again.
+        """
+        while self._work_pool is None or not self.is_setup:
+            await anyio.sleep(0.1)
+        covered = datetime.now(UTC)  # what the timer's last poll reached
+        while True:
+            changed = self._timers_changed = anyio.Event()
+            try:
+                due = await self._next_scheduled_start(after=covered)
+            except Exception as exc:  # the regular poll still runs; ask again soon
+                self._logger.debug("timer: reading the next scheduled run failed: %s", exc)
+                due, wait = None, 2.0
+            else:
+                wait = TIMER_IDLE_SECONDS
+            if due is not None:
+                wait = (due - datetime.now(UTC)).total_seconds() - LEAD_SECONDS
+            with anyio.move_on_after(max(0.0, wait)):
+                await changed.wait()
+            if due is None or datetime.now(UTC) < due - timedelta(seconds=LEAD_SECONDS):
+                continue  # re-armed before its time: read the next run again
+            covered = datetime.now(UTC) + timedelta(seconds=LEAD_SECONDS)
+            try:
+                await self.get_and_submit_flow_runs()
+            except Exception as exc:  # the regular poll retries; it also logs
+                self._logger.debug("timer: poll failed: %s", exc)
+
+    async def _next_scheduled_start(self, after: datetime) -> datetime | None:
+        """When the pool's earliest Scheduled run due after `after` is due; one small read."""
+        from prefect.client.schemas.filters import (
+            FlowRunFilter,
+            FlowRunFilterNextScheduledStartTime,
+            FlowRunFilterState,
+            FlowRunFilterStateType,
+            WorkPoolFilter,
+            WorkPoolFilterName,
+            WorkQueueFilter,
+            WorkQueueFilterName,
+        )
+        from prefect.client.schemas.objects import StateType
+        from prefect.client.schemas.sorting import FlowRunSort
+
+        queues = sorted(self._work_queues)
+        runs = await self.client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED])),
+                next_scheduled_start_time=FlowRunFilterNextScheduledStartTime(after_=after),
+            ),
+            work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[self._work_pool_name])),
+            work_queue_filter=(
+                WorkQueueFilter(name=WorkQueueFilterName(any_=queues)) if queues else None
+            ),
+            sort=FlowRunSort.NEXT_SCHEDULED_START_TIME_ASC,
+            limit=1,
+        )
+        return runs[0].next_scheduled_start_time if runs else None
+
     async def listen_for_runs(self) -> None:
         """Polls as soon as the server says a run was scheduled in this worker's pool.
 
@@ -334,6 +460,7 @@ class TeamflowWorker(ProcessWorker):
                     ) as events:
                         async for _event in events:
                             wake.set()
+                            self._timers_changed.set()
                 except Exception as exc:  # the poll still runs; try the stream again soon
                     self._logger.debug("event stream lost (%s); reconnecting", exc)
                     await anyio.sleep(2)
@@ -348,6 +475,7 @@ async def serve(pool: str = POOL, *, name: str | None = None, limit: int = DEFAU
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(worker.listen_for_runs)
+            group.start_soon(worker.keep_timers)
             group.start_soon(keep_time)
             await worker.start(printer=lambda *a, **k: print(*a, **k, flush=True))
             group.cancel_scope.cancel()

@@ -1,0 +1,221 @@
+"""How late TIMER alerts fire: `teamflow worker` next to Prefect's default process worker.
+
+    .venv/bin/python benchmarks/alerts.py [--timers 100] [--spread 45] [--lead S]
+                                          [--only teamflow|prefect]
+
+A TIMER alert is a run of the `system-alert` deployment created in a Scheduled state for a
+future time. For each worker in turn this starts a real Prefect server (free port, its own
+home, SQLite) with teamflow's deployments, creates `--timers` such runs due from `--lead`
+seconds on, spread evenly over `--spread` seconds, starts the worker on the `teamflow` pool,
+waits for every timer to end and prints, per worker, how late each started: the run's
+`start_time` (it entered Running) minus its `expected_start_time` (its scheduled time).
+Negative means early. Over the runs that started; how many completed and delivered their
+alert to every member is printed beside.
+
+The timers are created before the worker starts: while runs write to Prefect's server on
+SQLite, creating a run now and then meets 503s and its client's retries (2, 4, 8 s), and
+a timer created after its time would measure that, not the worker.
+
+- teamflow: `teamflow worker` (what `teamflow up` runs), with its own settings;
+- prefect: `prefect worker start --pool teamflow --type process` with Prefect's defaults
+  (a poll every 10 s, runs taken 10 s ahead, a new process per run).
+
+The alerts go to a team of three in a temporary teamflow database (SQLite). Everything it
+starts is stopped, also on failure or Ctrl-C, and its temporary folder removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the test helpers start servers and workers
+
+TEAM = "timer-team"
+DEPLOYMENT = "system-alert/system-alert"
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least p% of values at or below."""
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * p // 100))  # ceil
+    return ordered[int(rank) - 1]
+
+
+def create_timers(client: Any, count: int, first: datetime, spread: float) -> list[Any]:
+    """`count` system-alert runs in a Scheduled state, due from `first` over `spread` s."""
+    from prefect.states import Scheduled
+
+    deployment = client.read_deployment_by_name(DEPLOYMENT)
+    step = spread / max(1, count - 1)
+    runs = []
+    for i in range(count):
+        due = first + timedelta(seconds=i * step)
+        runs.append(
+            client.create_flow_run_from_deployment(
+                deployment.id,
+                parameters={
+                    "team": TEAM,
+                    "alert_type": "TIMER",
+                    "alert_name": f"bench-{i}",
+                    "message": f"timer {i}",
+                },
+                state=Scheduled(scheduled_time=due),
+            ).id
+        )
+    return runs
+
+
+@contextlib.contextmanager
+def prefect_worker(server: Any, tmp: Path, env: dict[str, str]) -> Iterator[None]:
+    """Prefect's own process worker, with Prefect's defaults, on the `teamflow` pool."""
+    from prefect_server import stop, wait_until
+    from teamflow_workers import POOL, online_workers
+
+    home = tmp / "prefect-worker-home"
+    home.mkdir(parents=True, exist_ok=True)
+    worker_env = {**server.env, "PREFECT_HOME": str(home), **env}
+    worker_env.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)
+    name = "prefect-default"
+    log = tmp / "prefect-worker.log"
+    with log.open("ab") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "prefect", "worker", "start", "--pool", POOL,
+             "--type", "process", "--name", name],
+            env=worker_env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+
+        def ready() -> bool:
+            assert process.poll() is None, log.read_text()[-3000:]
+            return name in online_workers(server.api)
+
+        wait_until(ready, 120, "Prefect's worker to start", interval=0.5)
+        yield
+    finally:
+        stop(process)
+
+
+def measure(kind: str, timers: int, spread: float, lead: float, tmp: Path) -> dict[str, Any]:
+    """Lateness in seconds of `timers` timers run by one kind of worker on a fresh server."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect_server import prefect_server, wait_until
+    from teamflow_workers import ended_runs, register_deployments, teamflow_workers
+
+    from models import db, inbox
+    from models import team as teams
+
+    tmp.mkdir(parents=True)
+    home = tmp / "teamflow-home"
+    url = f"sqlite:///{tmp / 'teamflow.db'}"
+    os.environ["TEAMFLOW_HOME"] = str(home)
+    os.environ["TEAMFLOW_DATABASE_URL"] = url
+    db.dispose_engines()
+    db.upgrade(url)
+    teams.create_team(TEAM, description="Timers", lead="coordinator")
+    for name in ("analyst-1", "analyst-2"):
+        teams.add_member(TEAM, name, model="haiku", prompt=f"You are {name}.")
+    shared = {"TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": url}
+
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(prefect_server(tmp))
+        register_deployments(server, tmp / "deploy.log")
+        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api}))
+        client = stack.enter_context(get_client(sync_client=True))
+        first = datetime.now(UTC) + timedelta(seconds=lead)
+        run_ids = create_timers(client, timers, first, spread)
+        if kind == "teamflow":
+            stack.enter_context(teamflow_workers(server, tmp, 1, env=shared))
+        else:
+            stack.enter_context(prefect_worker(server, tmp, shared))
+        if datetime.now(UTC) > first - timedelta(seconds=2):
+            sys.exit(f"{kind}: the timers and the worker were not ready in time; give a --lead")
+        bound = lead + spread + 300
+        runs = wait_until(lambda: ended_runs(client, run_ids), bound, "every timer", 0.5)
+
+    # Prefect's worker crashes runs whose submission met a 503 from the server (its label
+    # request): they are counted, and lateness is over the runs that started.
+    alerts = sum(
+        1
+        for member in ("coordinator", "analyst-1", "analyst-2")
+        for m in inbox.messages(TEAM, member)
+        if m.type == "system_alert"
+    )
+    late = [
+        (r.start_time - r.expected_start_time).total_seconds()
+        for r in runs
+        if r.start_time is not None
+    ]
+    if not late:
+        sys.exit(f"{kind}: no timer started")
+    return {
+        "completed": sum(1 for r in runs if r.state.is_completed()),
+        "delivered": alerts // 3,
+        "p50": percentile(late, 50),
+        "p95": percentile(late, 95),
+        "p99": percentile(late, 99),
+        "max": max(late),
+        "min": min(late),
+        "early": sum(1 for s in late if s < 0),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timers", type=int, default=100, help="timers per worker")
+    parser.add_argument("--spread", type=float, default=45, help="seconds the timers span")
+    parser.add_argument(
+        "--lead", type=float, default=None,
+        help="seconds from creating the first timer to its time: the timers are created and "
+        "the worker started by then (default 30 + timers / 10)",
+    )  # fmt: skip
+    parser.add_argument("--only", choices=["teamflow", "prefect"], help="one worker only")
+    args = parser.parse_args()
+    if args.lead is None:
+        args.lead = 30 + args.timers / 10
+    for name in list(os.environ):
+        if name.startswith(("PREFECT_", "TEAMFLOW_")):
+            del os.environ[name]
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ["DO_NOT_TRACK"] = "1"
+    os.environ["PREFECT_LOGGING_LEVEL"] = "ERROR"
+
+    kinds = [args.only] if args.only else ["teamflow", "prefect"]
+    tmp = Path(tempfile.mkdtemp(prefix="teamflow-bench-alerts-"))
+    figures: dict[str, dict[str, Any]] = {}
+    try:
+        for kind in kinds:
+            print(f"{kind}: {args.timers} timers over {args.spread:g} s ...", flush=True)
+            figures[kind] = measure(kind, args.timers, args.spread, args.lead, tmp / kind)
+    except KeyboardInterrupt:
+        sys.exit("interrupted; everything started was stopped")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print(f"\nlateness of {args.timers} timers (start_time - expected_start_time), seconds")
+    names = {"teamflow": "teamflow worker", "prefect": "Prefect default worker"}
+    counts = ("early", "completed", "delivered")
+    print(f"{'':24}" + "".join(f"{k:>10}" for k in ("p50", "p95", "p99", "max", "min", *counts)))
+    for kind, f in figures.items():
+        row = "".join(f"{f[k]:10.3f}" for k in ("p50", "p95", "p99", "max", "min"))
+        print(f"{names[kind]:24}{row}" + "".join(f"{f[k]:10d}" for k in counts))
+    print("early: runs that started before their time; completed, delivered: of the timers")
+    if "teamflow" in figures:
+        met = figures["teamflow"]["p99"] < 1.0
+        print(f"\ntarget p99 < 1 s with teamflow worker: {'met' if met else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()
