@@ -91,16 +91,15 @@ def add_blockers(session: Session, task: TaskRow, blocked_by: Iterable[str | uui
             )
         if row.status == TaskState.ARCHIVED.value:
             raise TaskError(
-                f"--blocked-by {blocker_id}: that task failed (archived), so this one could never start"
+                f"--blocked-by {blocker_id}: that task failed (archived); "
+                "this one could never start"
             )
         path = _path(session, blocker_id, task.id)
         if path is not None:
             chain = " -> ".join(short(i) for i in [task.id, *path])
             raise TaskError(f"--blocked-by {blocker_id} would make a dependency cycle: {chain}")
     if ids:
-        session.execute(
-            sa.insert(_deps), [{"task_id": task.id, "blocked_by": b} for b in ids]
-        )
+        session.execute(sa.insert(_deps), [{"task_id": task.id, "blocked_by": b} for b in ids])
 
 
 def _path(session: Session, start: uuid.UUID, goal: uuid.UUID) -> list[uuid.UUID] | None:
@@ -188,7 +187,9 @@ def dependents(session: Session, task_id: uuid.UUID) -> list[uuid.UUID]:
     """The tasks `task_id` blocks, in id order."""
     return list(
         session.execute(
-            sa.select(_deps.c.task_id).where(_deps.c.blocked_by == task_id).order_by(_deps.c.task_id)
+            sa.select(_deps.c.task_id)
+            .where(_deps.c.blocked_by == task_id)
+            .order_by(_deps.c.task_id)
         ).scalars()
     )
 
