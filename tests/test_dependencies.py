@@ -4,6 +4,10 @@ without assignees taken by one idle member."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -84,9 +88,8 @@ def test_a_cycle_is_refused(home: Path) -> None:
         row = get_task(a, session=s)
         with pytest.raises(TaskError, match=r"cycle: .* -> .* -> .* -> "):
             deps.add_blockers(s, row, [str(c)])
-    with session_scope() as s:
-        with pytest.raises(TaskError, match="cycle"):
-            deps.add_blockers(s, get_task(a, session=s), [str(a)])
+    with session_scope() as s, pytest.raises(TaskError, match="cycle"):
+        deps.add_blockers(s, get_task(a, session=s), [str(a)])
     with session_scope() as s:
         assert deps.blockers_of(s, [a]) == {}
 
@@ -122,7 +125,7 @@ def test_two_blockers_completing_at_once_start_the_dependent_exactly_once(
         started: list[list] = []
         errors: list[BaseException] = []
 
-        def finish(blocker: uuid.UUID) -> None:
+        def finish(blocker: uuid.UUID, barrier=barrier, started=started, errors=errors) -> None:
             try:
                 if not postgres:
                     barrier.wait()  # SQLite: one writer at a time; race to BEGIN
@@ -131,7 +134,7 @@ def test_two_blockers_completing_at_once_start_the_dependent_exactly_once(
                     if postgres:
                         barrier.wait()  # both completions written, neither committed
                     started.append(deps.settle(s, blocker, True))
-            except BaseException as exc:  # noqa: BLE001 - reported below
+            except BaseException as exc:  # reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=finish, args=(x,)) for x in (a, b)]
@@ -215,7 +218,7 @@ def test_two_runs_of_an_unassigned_task_assign_it_once(home: Path) -> None:
         barrier = threading.Barrier(2, timeout=30)
         claims: list[tuple] = []
 
-        def run() -> None:
+        def run(t=t, barrier=barrier, claims=claims) -> None:
             barrier.wait()
             with session_scope() as s:
                 names, reason = deps.before_claim(s, t, usable)
@@ -233,3 +236,70 @@ def test_two_runs_of_an_unassigned_task_assign_it_once(home: Path) -> None:
         assert sorted(moved for _, moved in claims) == [False, True]
         assert len(get_task(t).assignees) == 1
         move_task(t, to=TaskState.COMPLETED)
+
+
+# --- the CLI -------------------------------------------------------------------------------
+
+
+def teamflow(*args: str) -> subprocess.CompletedProcess:
+    # PREFECT_API_URL at a closed port: nothing here may need a server.
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"},
+    )  # fmt: skip
+
+
+def test_cli_blocked_by_is_recorded_and_listed(home: Path) -> None:
+    research_team()
+    a = task("a")
+    made = teamflow(
+        "task", "create", TEAM, "--title", "b", "--assignee", "analyst-2",
+        "--blocked-by", str(a), "--json",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    b = json.loads(made.stdout)["id"]
+    assert json.loads(made.stdout)["blocked_by"] == [str(a)]
+    listed = json.loads(teamflow("task", "list", TEAM, "--json").stdout)
+    assert [(t["title"], t["blocked_by"]) for t in listed] == [("a", []), ("b", [str(a)])]
+    lines = teamflow("task", "list", TEAM).stdout.splitlines()
+    assert lines[0].startswith(str(a)) and "blocked by" not in lines[0]
+    assert lines[1].startswith(b) and lines[1].endswith(f"blocked by {str(a)[:8]}")
+    shown = teamflow("task", "show", b).stdout
+    assert f"blocked_by    ['{a}']" in shown
+
+    # Running it before its blocker completed is refused, naming the blocker.
+    ran = teamflow("task", "run", b)
+    assert ran.returncode == 1
+    assert ran.stderr.strip() == (
+        f"teamflow: error: task {b[:8]} is blocked by {a} (pending); "
+        "it starts by itself when they complete"
+    )
+
+
+@pytest.mark.parametrize(
+    ("blocker", "message"),
+    [
+        ("nope", "--blocked-by 'nope' is not a task id (a UUID)"),
+        ("00000000-0000-0000-0000-000000000000", "no task with this id"),
+    ],
+)
+def test_cli_bad_blocked_by_is_one_line_and_writes_nothing(
+    home: Path, blocker: str, message: str
+) -> None:
+    research_team()
+    made = teamflow("task", "create", TEAM, "--title", "b", "--blocked-by", blocker)
+    assert made.returncode == 1
+    assert len(made.stderr.strip().splitlines()) == 1
+    assert made.stderr.startswith("teamflow: error: ") and message in made.stderr
+    assert list_tasks(TEAM) == []
+
+
+def test_cli_run_of_an_unassigned_task_without_an_idle_member_is_refused(home: Path) -> None:
+    research_team()  # its analysts have no playbook: no usable runtime
+    made = teamflow("task", "create", TEAM, "--title", "anyone")
+    task_id = made.stdout.strip()
+    ran = teamflow("task", "run", task_id)
+    assert ran.returncode == 1
+    assert "has no assignee and team 'research-team' has no idle active member" in ran.stderr
+    assert get_task(task_id).status == "pending"
