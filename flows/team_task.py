@@ -38,6 +38,7 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.utilities.annotations import quote
 
+from flows import dependencies
 from flows.runtimes import (
     ResultPending,
     StepError,
@@ -126,9 +127,8 @@ def claim(task_id: str) -> tuple[dict[str, Any], bool, int]:
     """
     with session_scope() as s:
         info = _task_info(task_id, session=s)
-        claimed = move_task(
-            uuid.UUID(task_id), to=TaskState.IN_PROGRESS, only_from={TaskState.PENDING}, session=s
-        )
+        # Gated by task dependencies (open blockers, no assignee): flows/dependencies.py.
+        claimed = dependencies.claim(s, info)
         team = teams.get_team(s, info["team"])
         if claimed:
             notify(info, lead=team.lead, session=s)
@@ -667,6 +667,7 @@ def close(info: dict[str, Any], works: list[Work], ok: bool) -> list[dict[str, A
             record_execution(info, work, s)
         state = TaskState.COMPLETED if ok else TaskState.ARCHIVED
         move_task(uuid.UUID(info["id"]), to=state, session=s)
+        ready = dependencies.settle(s, info, ok)  # dependents: start them, or fail them
         lead = teams.get_team(s, team).lead
         messages = []
         for work in works:
@@ -687,6 +688,7 @@ def close(info: dict[str, Any], works: list[Work], ok: bool) -> list[dict[str, A
                 )
         inbox.send_many(team, messages, session=s)
         status = presence.team_state(team, session=s)
+    dependencies.start_ready(ready)
     return [
         {"member": m, "active": m in status["active_members"], "unread": n}
         for m, n in status["unread"].items()
@@ -770,7 +772,10 @@ async def team_task(
     info, claimed, limit = await anyio.to_thread.run_sync(claim, task_id)
     team = info["team"]
     if not claimed:
-        logger.warning("Task %s is %s already; nothing to do", task_id, info["status"])
+        if info.get("reason"):
+            logger.warning("Task %s stays %s: %s", task_id, info["status"], info["reason"])
+        else:
+            logger.warning("Task %s is %s already; nothing to do", task_id, info["status"])
         return {"task_id": task_id, "status": info["status"], "members": {}}
     gate = asyncio.Semaphore(max(1, limit))
 

@@ -7,7 +7,7 @@ checks that no import, lazy ones included, closes a circle):
 2. `mirror` (the files beside the rows), `tool`, `knowledge`, `api`
 3. `team` (teams and members, rows only), `agent`
 4. `task`
-5. `notification`
+5. `notification`, `dependencies` (tasks blocked by tasks)
 6. `inbox`
 7. `approval`, `shutdown`, `alert`, `status`
 8. `presence` (team state, heartbeats), `tables` (every table on one metadata; a team's rows)

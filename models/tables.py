@@ -8,6 +8,7 @@ import models.base
 import models.agent
 import models.alert
 import models.approval
+import models.dependencies
 import models.inbox
 import models.knowledge
 import models.shutdown
@@ -32,7 +33,7 @@ def team_rows(session: Session, team: str) -> list[tuple[sa.Table, Any]]:
     """Every table holding rows of `team`, parents first, with the clause that selects them.
 
     A row belongs to a team by its `team` column, by an `agent_id` of the form
-    `{name}@{team}`, or (task assignees) by its task.
+    `{name}@{team}`, or (task assignees, task dependencies) by its task.
     """
     found: list[tuple[sa.Table, Any]] = []
     tasks = metadata.tables["tasks"]
@@ -41,7 +42,7 @@ def team_rows(session: Session, team: str) -> list[tuple[sa.Table, Any]]:
             found.append((table, table.c.name == team))
         elif "team" in table.c:
             found.append((table, table.c.team == team))
-        elif table.name == "task_assignees":
+        elif table.name in ("task_assignees", "task_dependencies"):
             ids = sa.select(tasks.c.id).where(tasks.c.team == team).scalar_subquery()
             found.append((table, table.c.task_id.in_(ids)))
         elif "agent_id" in table.c:

@@ -2,8 +2,9 @@
 
 `tasks` and `task_assignees` are the seed's SQL tables with the seed's names and types;
 teamflow adds columns only (`team`, `priority`, `deadline`, `updated_at`, the assignees'
-`position` so a task gives back its assignees in the order they were given, and
-`explicit_nulls`, the optional keys a wire Task wrote as `null`).
+`position` so a task gives back its assignees in the order they were given,
+`explicit_nulls`, the optional keys a wire Task wrote as `null`, and `reason` and
+`start_claimed_at` of task dependencies, `models.dependencies`).
 
 `task_status` holds each member's `004` `task-status.json` (one row per team and member);
 `task_metrics` holds one row per member per task execution, for metrics by member and time.
@@ -136,6 +137,16 @@ class TaskRow(SQLModel, table=True):
         default=None,
         sa_column=json_column(),
         description="What the agents work on (file paths, options), given to their runtime",
+    )
+    reason: str | None = SQLField(
+        default=None,
+        sa_column=sa.Column(sa.Text),
+        description="Why the task is where it is: what keeps it pending, why it failed",
+    )
+    start_claimed_at: datetime | None = SQLField(
+        default=None,
+        sa_column=utc_column(),
+        description="When a blocker's close claimed starting this task's run (models.dependencies)",
     )
 
     assignees: list["TaskAssigneeRow"] = Relationship(

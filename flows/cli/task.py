@@ -12,14 +12,24 @@ from flows.cli.output import JsonFlag, emit, fail
 task_app = typer.Typer(help="Team tasks: create, list, show, run.", no_args_is_help=True)
 
 
-def _task_json(row) -> dict:
+def _task_json(row, blocked_by: list[str] | None = None) -> dict:
     return {
         **row.to_wire().to_wire(),
         "team": row.team,
         "priority": row.priority,
         "deadline": row.deadline.isoformat() if row.deadline else None,
         "params": row.params,
+        "blocked_by": blocked_by or [],
+        "reason": row.reason,
     }
+
+
+def _blockers(rows) -> dict:
+    from models.db import session_scope
+    from models.dependencies import blockers_of
+
+    with session_scope() as s:
+        return blockers_of(s, [r.id for r in rows])
 
 
 @task_app.command("create")
@@ -40,10 +50,24 @@ def task_create(
         str | None, typer.Option("--params", help="JSON object handed to the agents.")
     ] = None,
     creator: Annotated[str | None, typer.Option("--from", help="Who asks (a member).")] = None,
+    blocked_by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--blocked-by",
+            metavar="ID",
+            help="A task of the team that must complete first (repeat). The task starts by "
+            "itself when the last one completes, and fails if one fails.",
+        ),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Creates a pending team task; `task run ID` starts it."""
+    """Creates a pending team task; `task run ID` starts it (a blocked one starts by itself).
+
+    Without `--assignee`, the task goes to an idle active member when it starts.
+    """
     from models.base import parse_timestamp
+    from models.db import session_scope
+    from models.dependencies import add_blockers
     from models.task import create_task
 
     when = None
@@ -60,12 +84,16 @@ def task_create(
             fail(f"--params is not valid JSON: {exc.msg} at column {exc.colno}")
         if not isinstance(extra, dict):
             fail("--params must be a JSON object")
-    row = create_task(
-        team_name, title=title, description=description, assignees=assignees or [],
-        creator=creator, priority=priority, deadline=when, params=extra,
-    )  # fmt: skip
+    # One transaction: a refused blocker leaves nothing written.
+    with session_scope() as s:
+        row = create_task(
+            team_name, title=title, description=description, assignees=assignees or [],
+            creator=creator, priority=priority, deadline=when, params=extra, session=s,
+        )  # fmt: skip
+        add_blockers(s, row, blocked_by or [])
+        data = _task_json(row, [str(b) for b in blocked_by or []])
     if as_json:
-        emit(_task_json(row))
+        emit(data)
     else:
         typer.echo(str(row.id))
 
@@ -83,12 +111,18 @@ def task_list(
     from models.task import list_tasks
 
     rows = list_tasks(team_name, status=status_)
+    blockers = _blockers(rows)
     if as_json:
-        emit([_task_json(r) for r in rows])
+        emit([_task_json(r, blockers.get(r.id)) for r in rows])
         return
     for r in rows:
         who = ", ".join(a.assignee_id for a in r.assignees) or "-"
-        typer.echo(f"{r.id}  {r.status:<11} {r.title}  [{who}]")
+        line = f"{r.id}  {r.status:<11} {r.title}  [{who}]"
+        if r.id in blockers:
+            line += f"  blocked by {', '.join(b[:8] for b in blockers[r.id])}"
+        if r.reason:
+            line += f"  ({r.reason})"
+        typer.echo(line)
     if not rows:
         typer.echo("no tasks")
 
@@ -100,12 +134,16 @@ def task_show(
     """Shows one task (the 001 Task, with teamflow's fields)."""
     from models.task import get_task
 
-    data = _task_json(get_task(task_id))
+    row = get_task(task_id)
+    data = _task_json(row, _blockers([row]).get(row.id))
     if as_json:
         emit(data)
         return
     for key in ("id", "team", "title", "status", "assignee_ids", "priority", "deadline"):
         typer.echo(f"{key:<13} {data.get(key)}")
+    for key in ("blocked_by", "reason"):
+        if data[key]:
+            typer.echo(f"{key:<13} {data[key]}")
 
 
 @task_app.command("run")
@@ -117,10 +155,15 @@ def task_run(
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Starts the task's `team-task` flow run (on the `teamflow` work pool; `--local`: here)."""
+    """Starts the task's `team-task` flow run (on the `teamflow` work pool; `--local`: here).
+
+    Refused while the task's blockers have not all completed (it starts by itself when they
+    have), and for a task without assignees when no member is idle to take it.
+    """
     from models.task import get_task
 
     row = get_task(task_id)
+    _check_startable(row)
     if local:
         import asyncio
 
@@ -144,3 +187,27 @@ def task_run(
         emit({"task_id": str(row.id), "flow_run_id": str(run.id), "url": run.url})
     else:
         typer.echo(f"started {run.name}: {run.url}")
+
+
+def _check_startable(row) -> None:
+    """Fails with one line when the task cannot start now: open blockers, or no assignee
+    and no idle member to take it."""
+    from flows.dependencies import runtime_usable
+    from models.db import session_scope
+    from models.dependencies import idle_members, open_blockers, short
+
+    with session_scope() as s:
+        blockers = open_blockers(s, row.id)
+        if blockers:
+            named = ", ".join(f"{b} ({status})" for b, status in blockers)
+            fail(
+                f"task {short(row.id)} is blocked by {named}; "
+                "it starts by itself when they complete"
+            )
+        idle = row.assignees or row.status != "pending" or idle_members(s, row.team, runtime_usable)
+        if not idle:
+            fail(
+                f"task {short(row.id)} has no assignee and team {row.team!r} has no idle "
+                "active member with a usable runtime to take it; give it one with "
+                "--assignee on a new task, or wait for a member to finish"
+            )

@@ -1,0 +1,111 @@
+"""Task dependencies in the `team-task` flow: the claim's gate and the starts at close.
+
+A blocked task starts by itself through Prefect: when a `team-task` run closes its task as
+completed, the same transaction claims the start of every dependent whose blockers are now
+all completed (`models.dependencies.settle`, a conditional UPDATE on a locked row: exactly one
+claim per dependent, even when two blockers complete at once on two workers); after the
+commit, the run creates a run of the `team-task` deployment for each (`flows.runner.start`,
+which returns without waiting for it, with the idempotency key `teamflow task run` uses, so
+a retry or a manual start makes no second run). A failed task archives its dependents, with
+the reason, in its close's transaction. No loop of ours polls for ready tasks.
+
+Chosen over a Prefect automation on the run's Completed event: a failed task's run also
+ends Completed (the task is archived, the run is not crashed), so the automation would
+still have to ask the database which dependents are ready and claim them; here that is one
+transaction with the close, and no automation must be registered for it to work.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from models import dependencies as deps
+from models.task import TaskState, move_task
+
+DEPLOYMENT = "team-task/team-task"
+
+
+def runtime_usable(config: dict[str, Any]) -> bool:
+    """Whether a member's runtime can work a task: a known kind with what it needs (a
+    scripted runtime needs a playbook)."""
+    from flows.runtimes.kinds import runtime_for
+
+    try:
+        runtime = runtime_for(config)
+    except (ValueError, OSError):
+        return False
+    return bool(getattr(runtime, "playbook", True))
+
+
+def claim(session: Any, info: dict[str, Any]) -> bool:
+    """The claim of `team_task` (pending -> in_progress, exactly once), gated: a task whose
+    blockers have not all completed, or that has no assignee and finds no idle member, stays
+    pending with the reason recorded (`info["reason"]`). A task without assignees gets one
+    (`info["assignees"]`)."""
+    task_id = uuid.UUID(info["id"])
+    assignees, reason = deps.before_claim(session, task_id, runtime_usable)
+    info["assignees"], info["reason"] = assignees, reason
+    if reason is not None:
+        if info["status"] == TaskState.PENDING.value:
+            deps.set_reason(session, task_id, reason)
+        return False
+    claimed = move_task(
+        task_id, to=TaskState.IN_PROGRESS, only_from={TaskState.PENDING}, session=session
+    )
+    if claimed:
+        deps.set_reason(session, task_id, None)
+    return claimed
+
+
+def settle(session: Any, info: dict[str, Any], completed: bool) -> list[tuple[uuid.UUID, str]]:
+    """In the close's transaction: the dependents to start now (claimed), or, when the task
+    failed, its dependents archived with the reason."""
+    return deps.settle(session, uuid.UUID(info["id"]), completed)
+
+
+def start_ready(ready: list[tuple[uuid.UUID, str]]) -> list[str]:
+    """Starts a `team-task` run for each claimed dependent (after the close committed).
+
+    A start that fails (no server reachable, say) is recorded as the task's reason, with
+    what to do; the task stays pending. Returns the ids of the runs started.
+    """
+    if not ready:
+        return []
+    from flows import runner
+    from models.db import session_scope
+
+    log = _logger()
+    started = []
+    for task_id, team in ready:
+        try:
+            run = runner.start(
+                DEPLOYMENT,
+                {"task_id": str(task_id), "team": team},
+                idempotency_key=f"team-task-{task_id}",
+                tags=[f"team:{team}"],
+                require_worker=False,
+            )
+        except Exception as exc:  # the close is committed: record what went wrong
+            reason = (
+                f"its blockers completed but its run could not be started ({exc}); "
+                f"start it with `teamflow task run {task_id}`"
+            )
+            log.error("Task %s: %s", task_id, reason)
+            with session_scope() as s:
+                deps.set_reason(s, task_id, " ".join(reason.split()))
+            continue
+        log.info("Task %s is unblocked: started %s", task_id, run.name)
+        started.append(str(run.id))
+    return started
+
+
+def _logger() -> Any:
+    from prefect import get_run_logger
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        return logging.getLogger(__name__)

@@ -1,0 +1,321 @@
+"""Task dependencies: a task blocked by others starts when the last of them completes.
+
+`task_dependencies` holds one row per (task, blocker). The rules, all guarded by the
+database rather than by any process's memory (several workers close tasks at once):
+
+- `add_blockers` refuses an unknown blocker, one of another team, one that failed already,
+  a repeat, and a cycle, with one line; the caller's transaction then writes nothing.
+- `settle` runs in the transaction that closes a task. Completed: it locks the task's
+  pending dependents (in id order, so two closes never deadlock) and, for each whose
+  blockers are now all completed, claims its start with a conditional UPDATE
+  (`start_claimed_at` set once). Because the dependent's row is locked before its blockers
+  are read, two blockers completing at once on two workers cannot both miss the other's
+  completion (the second waits for the first's commit and then sees it), nor both claim.
+  Failed (archived): its pending dependents are archived with the reason
+  "blocked by task X, which failed", and theirs in turn, transitively.
+- `before_claim` runs in the transaction of a run's claim: a task with open blockers stays
+  pending with a reason; a task without assignees gets one idle active member (not the
+  lead, with a usable runtime) while its row is locked, so at most one member takes it.
+
+Above `models.task` and `models.team`; never imports Prefect or `flows`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+
+import sqlalchemy as sa
+from sqlmodel import Field as SQLField
+from sqlmodel import Session, SQLModel
+
+from models.base import utcnow
+from models.task import TaskError, TaskRow, TaskState, TaskStatusRow
+from models.team import Member, get_team
+
+FAILED_BLOCKER = "blocked by task {id}, which failed"
+NO_IDLE_MEMBER = "no idle active member with a usable runtime to take it"
+
+
+class TaskDependencyRow(SQLModel, table=True):
+    """`task_id` cannot start before `blocked_by` has completed."""
+
+    __tablename__ = "task_dependencies"
+
+    task_id: uuid.UUID = SQLField(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+        )
+    )
+    blocked_by: uuid.UUID = SQLField(
+        sa_column=sa.Column(
+            sa.Uuid, sa.ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True, index=True
+        )
+    )
+
+
+_deps = TaskDependencyRow.__table__
+_tasks = TaskRow.__table__
+
+
+def short(task_id: uuid.UUID | str) -> str:
+    """The first 8 characters of a task id, as lists show it."""
+    return str(task_id)[:8]
+
+
+def _parse(task_id: str | uuid.UUID) -> uuid.UUID:
+    try:
+        return task_id if isinstance(task_id, uuid.UUID) else uuid.UUID(str(task_id))
+    except ValueError:
+        raise TaskError(f"--blocked-by {task_id!r} is not a task id (a UUID)") from None
+
+
+def add_blockers(session: Session, task: TaskRow, blocked_by: Iterable[str | uuid.UUID]) -> None:
+    """Records that `task` is blocked by each of `blocked_by` (ids of tasks of its team).
+
+    Raises `TaskError` (one line) for a malformed, unknown, repeated or other team's id, a
+    blocker that failed (archived: the task could never start), or a cycle.
+    """
+    ids = [_parse(i) for i in blocked_by]
+    if len(set(ids)) != len(ids):
+        raise TaskError("--blocked-by names the same task twice")
+    for blocker_id in ids:
+        row = session.execute(
+            sa.select(_tasks.c.team, _tasks.c.status).where(_tasks.c.id == blocker_id)
+        ).first()
+        if row is None:
+            raise TaskError(f"--blocked-by {blocker_id}: no task with this id")
+        if row.team != task.team:
+            raise TaskError(
+                f"--blocked-by {blocker_id}: that task is of team {row.team!r}, not {task.team!r}"
+            )
+        if row.status == TaskState.ARCHIVED.value:
+            raise TaskError(
+                f"--blocked-by {blocker_id}: that task failed (archived); "
+                "this one could never start"
+            )
+        path = _path(session, blocker_id, task.id)
+        if path is not None:
+            chain = " -> ".join(short(i) for i in [task.id, *path])
+            raise TaskError(f"--blocked-by {blocker_id} would make a dependency cycle: {chain}")
+    if ids:
+        session.execute(sa.insert(_deps), [{"task_id": task.id, "blocked_by": b} for b in ids])
+
+
+def _path(session: Session, start: uuid.UUID, goal: uuid.UUID) -> list[uuid.UUID] | None:
+    """A chain of blockers from `start` (blocked by ... blocked by) to `goal`, if one exists."""
+    came_from: dict[uuid.UUID, uuid.UUID | None] = {start: None}
+    frontier = [start]
+    while frontier:
+        if goal in came_from:
+            break
+        rows = session.execute(
+            sa.select(_deps.c.task_id, _deps.c.blocked_by).where(_deps.c.task_id.in_(frontier))
+        ).all()
+        frontier = []
+        for task_id, blocker in rows:
+            if blocker not in came_from:
+                came_from[blocker] = task_id
+                frontier.append(blocker)
+    if goal not in came_from:
+        return None
+    chain = [goal]
+    while came_from[chain[-1]] is not None:
+        chain.append(came_from[chain[-1]])
+    return list(reversed(chain))
+
+
+def blockers_of(session: Session, task_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, list[str]]:
+    """Each task's blocker ids (strings), in id order; tasks without blockers are left out."""
+    ids = list(task_ids)
+    found: dict[uuid.UUID, list[str]] = {}
+    if not ids:
+        return found
+    rows = session.execute(
+        sa.select(_deps.c.task_id, _deps.c.blocked_by)
+        .where(_deps.c.task_id.in_(ids))
+        .order_by(_deps.c.task_id, _deps.c.blocked_by)
+    ).all()
+    for task_id, blocker in rows:
+        found.setdefault(task_id, []).append(str(blocker))
+    return found
+
+
+def open_blockers(session: Session, task_id: uuid.UUID) -> list[tuple[uuid.UUID, str]]:
+    """The blockers of `task_id` that have not completed: (id, status)."""
+    rows = session.execute(
+        sa.select(_tasks.c.id, _tasks.c.status)
+        .join(_deps, _deps.c.blocked_by == _tasks.c.id)
+        .where(_deps.c.task_id == task_id, _tasks.c.status != TaskState.COMPLETED.value)
+        .order_by(_tasks.c.id)
+    ).all()
+    return [(r.id, r.status) for r in rows]
+
+
+def describe_open(blockers: list[tuple[uuid.UUID, str]]) -> str:
+    """`blocked by task 1a2b... (pending), ...`: one line naming the open blockers."""
+    return "blocked by " + ", ".join(f"task {b} ({status})" for b, status in blockers)
+
+
+def _not_done():
+    """SQL: the dependent (tasks row) has a blocker that has not completed."""
+    blocker = _tasks.alias("blocker")
+    return sa.exists(
+        sa.select(1)
+        .select_from(_deps.join(blocker, blocker.c.id == _deps.c.blocked_by))
+        .where(_deps.c.task_id == _tasks.c.id, blocker.c.status != TaskState.COMPLETED.value)
+    )
+
+
+def claim_start(session: Session, task_id: uuid.UUID) -> bool:
+    """Claims starting the run of `task_id` (pending, all blockers completed, not claimed
+    before): a conditional UPDATE, so of several claimants exactly one gets True."""
+    claimed = session.execute(
+        sa.update(_tasks)
+        .where(
+            _tasks.c.id == task_id,
+            _tasks.c.status == TaskState.PENDING.value,
+            _tasks.c.start_claimed_at.is_(None),
+            ~_not_done(),
+        )
+        .values(start_claimed_at=utcnow(), reason=None, updated_at=utcnow())
+    ).rowcount
+    return claimed == 1
+
+
+def dependents(session: Session, task_id: uuid.UUID) -> list[uuid.UUID]:
+    """The tasks `task_id` blocks, in id order."""
+    return list(
+        session.execute(
+            sa.select(_deps.c.task_id)
+            .where(_deps.c.blocked_by == task_id)
+            .order_by(_deps.c.task_id)
+        ).scalars()
+    )
+
+
+def settle(session: Session, task_id: uuid.UUID, completed: bool) -> list[tuple[uuid.UUID, str]]:
+    """In the transaction that closes `task_id`: its dependents' fate.
+
+    Completed: the dependents now ready, each claimed for starting exactly once (their
+    (id, team) returned: the caller starts their runs after the commit). Failed: its pending
+    dependents, and theirs, are archived with the reason; nothing is returned.
+    """
+    if not completed:
+        fail_dependents(session, task_id)
+        return []
+    waiting = dependents(session, task_id)
+    if not waiting:
+        return []
+    # Lock the dependents before reading their blockers (see the module's docstring).
+    rows = session.execute(
+        sa.select(_tasks.c.id, _tasks.c.team)
+        .where(_tasks.c.id.in_(waiting), _tasks.c.status == TaskState.PENDING.value)
+        .order_by(_tasks.c.id)
+        .with_for_update()
+    ).all()
+    return [(r.id, r.team) for r in rows if claim_start(session, r.id)]
+
+
+def fail_dependents(session: Session, task_id: uuid.UUID) -> list[uuid.UUID]:
+    """Archives the pending tasks blocked by failed `task_id`, and theirs, transitively,
+    each with the reason naming the blocker that failed. Returns their ids."""
+    failed: list[uuid.UUID] = []
+    frontier = [task_id]
+    while frontier:
+        blocker = frontier.pop(0)
+        for dependent in dependents(session, blocker):
+            moved = session.execute(
+                sa.update(_tasks)
+                .where(_tasks.c.id == dependent, _tasks.c.status == TaskState.PENDING.value)
+                .values(
+                    status=TaskState.ARCHIVED.value,
+                    reason=FAILED_BLOCKER.format(id=blocker),
+                    updated_at=utcnow(),
+                )
+            ).rowcount
+            if moved:
+                failed.append(dependent)
+                frontier.append(dependent)
+    return failed
+
+
+def set_reason(session: Session, task_id: uuid.UUID, reason: str | None) -> None:
+    """Records why the task is where it is (None: clears it)."""
+    session.execute(
+        sa.update(_tasks).where(_tasks.c.id == task_id).values(reason=reason, updated_at=utcnow())
+    )
+
+
+# --- tasks without assignees ------------------------------------------------------------------
+
+
+def idle_members(session: Session, team: str, usable: Callable[[dict], bool]) -> list[str]:
+    """The team's members free to take a task: active, not the lead, runtime usable, not
+    running a task and not assigned to a task in progress; in the team's order."""
+    from models.task import TaskAssigneeRow
+
+    lead = get_team(session, team).lead
+    members = session.execute(
+        sa.select(Member.name, Member.runtime)
+        .where(Member.team == team, Member.is_active == sa.true(), Member.name != lead)
+        .order_by(Member.position)
+    ).all()
+    running = set(
+        session.execute(
+            sa.select(TaskStatusRow.member).where(
+                TaskStatusRow.team == team, TaskStatusRow.status == "running"
+            )
+        ).scalars()
+    )
+    assignees = TaskAssigneeRow.__table__
+    working = set(
+        session.execute(
+            sa.select(assignees.c.assignee_id)
+            .join(_tasks, _tasks.c.id == assignees.c.task_id)
+            .where(_tasks.c.team == team, _tasks.c.status == TaskState.IN_PROGRESS.value)
+        ).scalars()
+    )
+    return [
+        m.name
+        for m in members
+        if m.name not in running and m.name not in working and usable(dict(m.runtime or {}))
+    ]
+
+
+def before_claim(
+    session: Session, task_id: uuid.UUID, usable: Callable[[dict], bool]
+) -> tuple[list[str], str | None]:
+    """In the transaction of a run's claim: the task's assignees, and why it must stay
+    pending (None: it may be claimed).
+
+    Open blockers keep it pending. A pending task without assignees gets the first idle
+    member (`idle_members`); its row is locked first, so of two runs at most one assigns.
+    """
+    from models.task import TaskAssigneeRow
+
+    blockers = open_blockers(session, task_id)
+    assignees = TaskAssigneeRow.__table__
+
+    def current() -> list[str]:
+        return list(
+            session.execute(
+                sa.select(assignees.c.assignee_id)
+                .where(assignees.c.task_id == task_id)
+                .order_by(assignees.c.position)
+            ).scalars()
+        )
+
+    if blockers:
+        return current(), describe_open(blockers)
+    row = session.execute(
+        sa.select(_tasks.c.team, _tasks.c.status).where(_tasks.c.id == task_id).with_for_update()
+    ).first()
+    names = current()
+    if names or row is None or row.status != TaskState.PENDING.value:
+        return names, None
+    free = idle_members(session, row.team, usable)
+    if not free:
+        return [], NO_IDLE_MEMBER
+    session.execute(sa.insert(assignees).values(task_id=task_id, assignee_id=free[0], position=0))
+    return [free[0]], None
