@@ -137,6 +137,17 @@ class TaskRow(SQLModel, table=True):
         sa_column=json_column(),
         description="What the agents work on (file paths, options), given to their runtime",
     )
+    # The watchdog's (models/watchdog.py): why a run of the task died, and which start this is.
+    failure: str | None = SQLField(
+        default=None,
+        sa_column=sa.Column(sa.Text),
+        description="Why the task was closed as failed (its run crashed, ...); None otherwise",
+    )
+    attempt: int = SQLField(
+        default=0,
+        sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"),
+        description="How many times the task was started again after a failure",
+    )
 
     assignees: list["TaskAssigneeRow"] = Relationship(
         back_populates="task",
