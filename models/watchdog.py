@@ -319,9 +319,7 @@ def _dead_task_run(s: Session, run: DeadRun, now: datetime) -> Condition | None:
     row = s.get(TaskRow, task_id)
     if row is None or row.status != TaskState.IN_PROGRESS.value:
         return None
-    if run.idempotency_key is not None and run.idempotency_key != task_run_key(
-        row.id, row.attempt
-    ):
+    if run.idempotency_key is not None and run.idempotency_key != task_run_key(row.id, row.attempt):
         return None  # a run of an earlier attempt
     reason = f"failed: {run.describe()}"
     table = TaskRow.__table__
@@ -396,20 +394,20 @@ def _record(s: Session, conditions: list[Condition], now: datetime) -> None:
     for condition in conditions:
         row = stored.get(condition.key)
         if row is None:
-            try:
-                with s.begin_nested():
-                    s.add(
-                        WatchdogAlarm(
-                            key=condition.key,
-                            team=condition.team,
-                            kind=condition.kind.value,
-                            subject=condition.subject[:255],
-                            message=condition.message,
-                            raised_at=now,
-                        )
-                    )
-            except sa.exc.IntegrityError:
-                pass  # another scan raised it at the same time
+            # Another scan at the same time may raise it too: the first insert wins.
+            s.execute(
+                _insert(s)(WatchdogAlarm.__table__)
+                .values(
+                    key=condition.key,
+                    team=condition.team,
+                    kind=condition.kind.value,
+                    subject=condition.subject[:255],
+                    message=condition.message,
+                    times=1,
+                    raised_at=now,
+                )
+                .on_conflict_do_nothing(index_elements=["key"])
+            )
         elif row.cleared_at is not None:  # it came back
             row.cleared_at = None
             row.delivered_at = None
@@ -422,3 +420,11 @@ def _record(s: Session, conditions: list[Condition], now: datetime) -> None:
             row.cleared_at = now
             s.add(row)
     s.flush()
+
+
+def _insert(s: Session) -> Any:
+    if s.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
