@@ -19,6 +19,7 @@ def _task_json(row) -> dict:
         "priority": row.priority,
         "deadline": row.deadline.isoformat() if row.deadline else None,
         "params": row.params,
+        **({"failure": row.failure} if row.failure else {}),
     }
 
 
@@ -106,6 +107,8 @@ def task_show(
         return
     for key in ("id", "team", "title", "status", "assignee_ids", "priority", "deadline"):
         typer.echo(f"{key:<13} {data.get(key)}")
+    if data.get("failure"):
+        typer.echo(f"{'failure':<13} {data['failure']}")
 
 
 @task_app.command("run")
@@ -117,7 +120,10 @@ def task_run(
     ] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Starts the task's `team-task` flow run (on the `teamflow` work pool; `--local`: here)."""
+    """Starts the task's `team-task` flow run (on the `teamflow` work pool; `--local`: here).
+
+    A task the watchdog closed as failed (its run died) starts again as a new run.
+    """
     from models.task import get_task
 
     row = get_task(task_id)
@@ -125,21 +131,18 @@ def task_run(
         import asyncio
 
         from flows.team_task import team_task
+        from models.watchdog import reopen_task
 
+        reopen_task(row.id)
         result = asyncio.run(team_task(str(row.id), team=row.team))
         if as_json:
             emit(result)
         else:
             typer.echo(f"task {row.id}: {result['status']}")
         return
-    from flows.runner import start
+    from flows.runner import start_task
 
-    run = start(
-        "team-task/team-task",
-        {"task_id": str(row.id), "team": row.team},
-        idempotency_key=f"team-task-{row.id}",
-        tags=[f"team:{row.team}"],
-    )
+    run = start_task(str(row.id))
     if as_json:
         emit({"task_id": str(row.id), "flow_run_id": str(run.id), "url": run.url})
     else:
