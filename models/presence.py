@@ -2,8 +2,8 @@
 
 Above `models.team`, `models.inbox` (unread counts) and `models.agent` (agent state rows).
 
-A heartbeat that changes what a member is doing (`idle`, `busy`, `offline`: the `001`
-status_update vocabulary), or that comes from a member the watchdog marked offline, sends the
+A member's first heartbeat, one that changes what it is doing (`idle`, `busy`, `offline`: the
+`001` status_update vocabulary), or one from a member the watchdog marked offline, sends the
 team's lead a `status_update` notification; heartbeats that change nothing send none.
 """
 
@@ -62,7 +62,7 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
         state.updated_at = now
         s.add(state)
         s.flush()
-        if before is not None and _activity(before) != _activity(status):
+        if before is None or _activity(before) != _activity(status):
             back = before == AgentStateStatus.OFFLINE.value
             tell_lead(
                 s,
