@@ -189,3 +189,31 @@ def test_an_undelivered_alarm_is_handed_over_again_until_delivered(db_url: str, 
         assert watchdog.claim_delivery(again.key, again.raised_at)
         assert not watchdog.claim_delivery(again.key, again.raised_at)
         assert watchdog.scan() == []
+
+
+def test_team_settings_offline_after_is_set_or_refused_in_one_line(db_url: str, home: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    research_team()
+    env = {**os.environ, "TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": db_url}
+
+    def teamflow(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "flows.cli", "team", "settings", TEAM, *args],
+            capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120,
+        )  # fmt: skip
+
+    for bad in ("0s", "abc", "nan", "-1m", "8d"):
+        result = teamflow("--offline-after", bad)
+        assert result.returncode == 1 and result.stdout == ""
+        [line] = result.stderr.splitlines()
+        assert line.startswith("teamflow: error: --offline-after") and repr(bad) in line
+    assert json.loads(teamflow("--json").stdout) == {}  # nothing written
+    ok = teamflow("--offline-after", "90s", "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout) == {"offline_after_seconds": 90.0}
+    assert teams.settings_of(TEAM).offline_after_s == 90
+    assert "offline_after_seconds = 90.0" in teamflow().stdout
