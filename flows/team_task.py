@@ -170,7 +170,7 @@ async def alive(team: str, member: str, status: str) -> None:
     idle); the lead hears of changes (`models.presence.heartbeat`)."""
     try:
         await anyio.to_thread.run_sync(partial(presence.heartbeat, team, member, status=status))
-    except ValueError as exc:  # the member's state is a report: never a reason to fail
+    except Exception as exc:  # the member's state is a report: never a reason to fail
         get_run_logger().warning("heartbeat of %s: %s", member, exc)
 
 

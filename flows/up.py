@@ -477,6 +477,12 @@ def _raise_stop(_signum: int, _frame: Any) -> None:
 
 def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) -> Up:
     """Every step of `teamflow up` but waiting; the caller stops what it returns."""
+    from flows.watchdog import every_s, schedule_watchdog
+
+    try:  # a bad TEAMFLOW_WATCHDOG_EVERY is refused before anything starts
+        watchdog_every = every_s()
+    except ValueError as exc:
+        raise UpError(str(exc)) from None
     settings = db.settings()
     home = settings.home
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -527,9 +533,7 @@ def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) ->
             echo(f"registered {len(names)} deployment(s): {', '.join(names)}")
             ensure_crash_automation()
             echo(f"installed the automation {CRASH_AUTOMATION!r}")
-            from flows.watchdog import schedule_watchdog
-
-            every = schedule_watchdog()
+            every = schedule_watchdog(watchdog_every)
             echo(f"scheduled the watchdog every {every:g} s")
             state.children.append(start_worker(api, home))
         except BaseException:

@@ -41,7 +41,7 @@ from models.presence import tell_lead
 from models.shutdown import Shutdown, ShutdownStatus, complete_shutdown
 from models.task import OPEN_TASK_STATES, TaskError, TaskRow, TaskState
 from models.team import Member, Team
-from models.team_settings import ApprovalSettings
+from models.team_settings import DEFAULT_OFFLINE_AFTER_S, ApprovalError, ApprovalSettings
 
 DEAD_STATES = frozenset({"CRASHED", "FAILED", "CANCELLED"})
 """Prefect state types of a run that will not finish its work."""
@@ -227,7 +227,10 @@ def reopen_task(task_id: str | uuid.UUID, *, session: Session | None = None) -> 
 
 
 def _offline(s: Session, team: Team, now: datetime) -> list[Condition]:
-    limit = timedelta(seconds=ApprovalSettings.of(team).offline_after_s)
+    try:
+        limit = timedelta(seconds=ApprovalSettings.of(team).offline_after_s)
+    except ApprovalError:  # one team's broken settings must not stop the watch on all
+        limit = timedelta(seconds=DEFAULT_OFFLINE_AFTER_S)
     members = {
         m.agent_id: m
         for m in s.exec(select(Member).where(Member.team == team.name, Member.is_active))
