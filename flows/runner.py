@@ -254,3 +254,21 @@ def _host_port(api: str) -> str:
     parts = urlsplit(api)
     port = parts.port or (443 if parts.scheme == "https" else 80)
     return f"port {port} on {parts.hostname}"
+
+
+def start_task(task_id: str) -> StartedRun:
+    """Starts a team task's `team-task` run (what `teamflow task run ID` does).
+
+    A task the watchdog closed as failed (its run died) is made pending again first, as its
+    next attempt: the run gets a new idempotency key, so a new run starts instead of the
+    dead one being handed back. Starting a task twice otherwise returns the first run.
+    """
+    from models.watchdog import reopen_task, task_run_key
+
+    row = reopen_task(task_id)
+    return start(
+        "team-task/team-task",
+        {"task_id": str(row.id), "team": row.team},
+        idempotency_key=task_run_key(row.id, row.attempt),
+        tags=[f"team:{row.team}"],
+    )

@@ -76,6 +76,7 @@ FLOW_NAME = "team-task"
 DEFAULT_MAX_STEPS = 25
 DEFAULT_CONCURRENCY = 4
 RESULT_WAIT_S = 0.2  # how often a step waiting for an ASYNC result looks at the inbox
+HEARTBEAT_S = 10.0  # how often a working member's agent_state.last_heartbeat is renewed
 
 
 @dataclass
@@ -162,6 +163,36 @@ def notify(info: dict[str, Any], *, lead: str, session: Any = None) -> list[str]
         session=session,
     )
     return [row.message_id for row in rows]
+
+
+async def alive(team: str, member: str, status: str) -> None:
+    """A heartbeat of the member: its `agent_state` is `status` now (thinking, executing_tools,
+    idle); the lead hears of changes (`models.presence.heartbeat`)."""
+    try:
+        await anyio.to_thread.run_sync(partial(presence.heartbeat, team, member, status=status))
+    except Exception as exc:  # the member's state is a report: never a reason to fail
+        get_run_logger().warning("heartbeat of %s: %s", member, exc)
+
+
+@dataclass
+class Liveness:
+    """A working member's heartbeats: at each change of status, and every `HEARTBEAT_S`
+    while a step runs, so the watchdog never takes a long step for a dead member."""
+
+    team: str
+    member: str
+    status: str = ""
+
+    async def now(self, status: str) -> None:
+        if status != self.status:
+            self.status = status
+            await alive(self.team, self.member, status)
+
+    async def keep(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            if self.status:
+                await alive(self.team, self.member, self.status)
 
 
 async def member_status(team: str, member: str, status: str, **kwargs: Any) -> None:
@@ -394,6 +425,8 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
     task_brief = {k: info[k] for k in ("id", "title", "description", "params")}
     unread: list[dict[str, Any]] = []
     waited_after_last = False
+    liveness = Liveness(team, name)
+    keeper = asyncio.ensure_future(liveness.keep())
     try:
         while work.steps < max_steps:
             arrived, conversation = await anyio.to_thread.run_sync(
@@ -411,6 +444,7 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
                 tools=member.tools,
                 inbox=unread,
             )
+            await liveness.now("thinking")
             # quote: Prefect need not walk the conversation and tools looking for futures.
             result = await agent_step(quote(runtime), quote(request), name, work.steps + 1)
             if result is None:
@@ -425,6 +459,8 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
             work.steps += 1
             work.tokens += result.tokens
             response = result.response
+            if any(a.type == "tool" for a in response.actions):
+                await liveness.now("executing_tools")
             # A v2 `context` block limits what this step may use (flows/scope.py).
             scope = None
             if response.context is not None:
@@ -452,7 +488,10 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
         work.ok, work.error = False, str(exc)
         logger.error("%s failed: %s", name, exc)
         await anyio.to_thread.run_sync(append_output, team, name, f"error: {exc}")
+    finally:
+        keeper.cancel()
     elapsed = time.monotonic() - started
+    await liveness.now("idle")
     await member_status(
         team,
         name,

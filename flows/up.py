@@ -6,7 +6,8 @@ If no Prefect server answers at `PREFECT_API_URL` (default `http://127.0.0.1:420
 already is reused, so a second `teamflow up` adds a worker instead of failing on the port.
 Then it creates the `teamflow` process work pool, registers every deployment of
 `prefect.yaml` (`prefect deploy --all`), installs the automation that marks runs Crashed
-when their heartbeats stop, starts a teamflow worker, and applies teamflow's own migrations.
+when their heartbeats stop, schedules the `watchdog` (every 30 s, `TEAMFLOW_WATCHDOG_EVERY`),
+starts a teamflow worker, and applies teamflow's own migrations.
 Ctrl-C or SIGTERM stops what it started, the worker first.
 
 The server it starts is safer than Prefect's defaults: it listens on 127.0.0.1 unless told
@@ -476,6 +477,12 @@ def _raise_stop(_signum: int, _frame: Any) -> None:
 
 def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) -> Up:
     """Every step of `teamflow up` but waiting; the caller stops what it returns."""
+    from flows.watchdog import every_s, schedule_watchdog
+
+    try:  # a bad TEAMFLOW_WATCHDOG_EVERY is refused before anything starts
+        watchdog_every = every_s()
+    except ValueError as exc:
+        raise UpError(str(exc)) from None
     settings = db.settings()
     home = settings.home
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -526,6 +533,8 @@ def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) ->
             echo(f"registered {len(names)} deployment(s): {', '.join(names)}")
             ensure_crash_automation()
             echo(f"installed the automation {CRASH_AUTOMATION!r}")
+            every = schedule_watchdog(watchdog_every)
+            echo(f"scheduled the watchdog every {every:g} s")
             state.children.append(start_worker(api, home))
         except BaseException:
             state.stop()

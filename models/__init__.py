@@ -10,7 +10,9 @@ checks that no import, lazy ones included, closes a circle):
 5. `notification`, `dependencies` (tasks blocked by tasks)
 6. `inbox`
 7. `approval`, `shutdown`, `alert`, `status`
-8. `presence` (team state, heartbeats), `tables` (every table on one metadata; a team's rows)
-9. `membership` (new teams and members, with their inboxes; deleting teams)
-10. `backup`; `formats` (imports its models by name when it validates, none statically)
+8. `presence` (team state, heartbeats; tells the lead of status changes)
+9. `watchdog` (alarms once per condition: members offline, deadlines, dead runs)
+10. `tables` (every table on one metadata; a team's rows)
+11. `membership` (new teams and members, with their inboxes; deleting teams)
+12. `backup`; `formats` (imports its models by name when it validates, none statically)
 """

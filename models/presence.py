@@ -1,6 +1,10 @@
 """What a team's members are doing: the `004` team state export and members' heartbeats.
 
 Above `models.team`, `models.inbox` (unread counts) and `models.agent` (agent state rows).
+
+A member's first heartbeat, one that changes what it is doing (`idle`, `busy`, `offline`: the
+`001` status_update vocabulary), or one from a member the watchdog marked offline, sends the
+team's lead a `status_update` notification; heartbeats that change nothing send none.
 """
 
 from __future__ import annotations
@@ -12,7 +16,9 @@ from sqlmodel import Session, select
 from models.agent import AgentStateRow, AgentStateStatus
 from models.base import format_js_timestamp, utcnow
 from models.db import session_scope
-from models.inbox import unread_counts
+from models.inbox import MessageType, send, unread_counts
+from models.notification import AgentActivity, StatusUpdatePayload
+from models.status import AGENT_TO_ACTIVITY
 from models.team import Member, TeamError, get_member, get_team
 
 
@@ -32,7 +38,11 @@ def team_state(team: str, *, session: Session | None = None) -> dict[str, Any]:
 
 
 def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | None = None) -> Any:
-    """Records that a member is alive: its `agent_state` row's status and `last_heartbeat`."""
+    """Records that a member is alive: its `agent_state` row's status and `last_heartbeat`.
+
+    The lead is told (`status_update`) when the member's activity changes, and when a member
+    that was offline is back.
+    """
     try:
         status = AgentStateStatus(status).value
     except ValueError:
@@ -42,11 +52,54 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
         member = get_member(s, team, name)
         state = s.get(AgentStateRow, member.agent_id)
         now = utcnow()
+        before = None
         if state is None:
             state = AgentStateRow(agent_id=member.agent_id, team=team, created_at=now)
+        else:
+            before = state.status
         state.status = status
         state.last_heartbeat = now
         state.updated_at = now
         s.add(state)
         s.flush()
+        if before is None or _activity(before) != _activity(status):
+            back = before == AgentStateStatus.OFFLINE.value
+            tell_lead(
+                s,
+                team,
+                member,
+                status,
+                f"{name} is back ({status})" if back else f"{name} is {status}",
+            )
         return state
+
+
+def _activity(status: str) -> AgentActivity:
+    try:
+        return AGENT_TO_ACTIVITY[AgentStateStatus(status)]
+    except ValueError:
+        return AgentActivity.ERROR
+
+
+def tell_lead(session: Session, team: str, member: Member, status: str, message: str) -> None:
+    """Sends the team's lead a `001` status_update from `system` about `member` (not when
+    the member is the lead, or the lead is shut down)."""
+    lead = get_team(session, team).lead
+    if member.name == lead:
+        return
+    row = session.get(Member, (team, lead))
+    if row is None or not row.is_active:
+        return
+    payload = StatusUpdatePayload(
+        agent_id=member.agent_id, status=_activity(status), message=message
+    )
+    send(
+        team,
+        to=lead,
+        sender="system",
+        text=message,
+        summary=f"status: {member.name} {status}",
+        type=MessageType.STATUS_UPDATE.value,
+        payload=payload.model_dump(mode="json"),
+        session=session,
+    )

@@ -15,6 +15,7 @@ import models.shutdown
 import models.task
 import models.team
 import models.tool
+import models.watchdog
 from typing import Any
 
 import sqlalchemy as sa

@@ -148,6 +148,11 @@ class TaskRow(SQLModel, table=True):
         sa_column=utc_column(),
         description="When a blocker's close claimed starting this task's run (models.dependencies)",
     )
+    attempt: int = SQLField(
+        default=0,
+        sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"),
+        description="How many times the task was started again after a failure",
+    )
 
     assignees: list["TaskAssigneeRow"] = Relationship(
         back_populates="task",

@@ -470,6 +470,7 @@ TEAM_SETTINGS = {
     "plan_escalation_seconds": "after an escalation, how long until a denial",
     "plan_max_revisions": "how many times a member may ask, first plan included (default 3)",
     "shutdown_timeout_seconds": "how long a shutdown waits for the member (default 300)",
+    "offline_after_seconds": "how old a heartbeat gets before the member is offline (default 300)",
 }
 """teamflow's team settings (`Team.settings`), kept in the database, not in config.json."""
 

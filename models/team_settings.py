@@ -13,10 +13,13 @@ Team settings (`Team.settings`) that shape approvals and shutdowns, all optional
 | `plan_escalation_seconds` | after an escalation, how long until a denial | the timeout |
 | `plan_max_revisions` | how many times a member may ask (first plan included) | 3 |
 | `shutdown_timeout_seconds` | how long a shutdown waits for the member's answer | 300 |
+| `offline_after_seconds` | how old a heartbeat gets before the member is offline | 300 |
 """
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -24,6 +27,9 @@ from typing import Any
 DEFAULT_PLAN_TIMEOUT_S = 3600.0
 DEFAULT_MAX_REVISIONS = 3
 DEFAULT_SHUTDOWN_TIMEOUT_S = 300.0
+DEFAULT_OFFLINE_AFTER_S = 300.0
+MAX_OFFLINE_AFTER_S = 7 * 24 * 3600.0
+"""The longest `offline_after_seconds` teamflow accepts: a week."""
 
 
 class ApprovalError(ValueError):
@@ -49,6 +55,7 @@ class ApprovalSettings:
     escalation_s: float | None = None
     max_revisions: int = DEFAULT_MAX_REVISIONS
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
+    offline_after_s: float = DEFAULT_OFFLINE_AFTER_S
 
     @classmethod
     def of(cls, team: Any) -> ApprovalSettings:
@@ -77,6 +84,7 @@ class ApprovalSettings:
             shutdown_timeout_s=_positive(
                 team.name, raw, "shutdown_timeout_seconds", DEFAULT_SHUTDOWN_TIMEOUT_S
             ),
+            offline_after_s=_offline_after(team.name, raw),
         )
 
     @property
@@ -92,3 +100,35 @@ def _positive(team: str, raw: dict[str, Any], key: str, default: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ApprovalError(f"team {team}: setting {key} must be a positive number, not {value!r}")
     return float(value)
+
+
+_DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|h)?\s*", re.IGNORECASE)
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(
+    text: str, *, what: str = "duration", most: float = MAX_OFFLINE_AFTER_S
+) -> float:
+    """Seconds in `90s`, `5m`, `1h` or `300` (seconds): finite, above 0, at most `most`.
+
+    Raises `ApprovalError` with one line naming `what` and the text when it is none of these.
+    """
+    match = _DURATION.fullmatch(text or "")
+    if match is None:
+        raise ApprovalError(f"{what} {text!r} is not a duration; write e.g. 90s, 5m or 1h")
+    seconds = float(match.group(1)) * _UNIT_S[(match.group(2) or "s").lower()]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ApprovalError(f"{what} {text!r} must be longer than 0 s")
+    if seconds > most:
+        raise ApprovalError(f"{what} {text!r} is longer than the most allowed, {most:g} s")
+    return seconds
+
+
+def _offline_after(team: str, raw: dict[str, Any]) -> float:
+    value = _positive(team, raw, "offline_after_seconds", DEFAULT_OFFLINE_AFTER_S)
+    if not math.isfinite(value) or value > MAX_OFFLINE_AFTER_S:
+        raise ApprovalError(
+            f"team {team}: setting offline_after_seconds must be at most "
+            f"{MAX_OFFLINE_AFTER_S:g}, not {value!r}"
+        )
+    return value

@@ -112,7 +112,7 @@ def test_prefect_deploy_all_registers_every_teamflow_deployment(server: Server) 
     assert server.deployed.returncode == 0, server.deployed.stdout + server.deployed.stderr
     deployments = api(server, "POST", "/deployments/filter", json={}).json()
     by_name = {d["name"]: d for d in deployments}
-    for name in ("team-task", "tool-action", "plan-approval", "shutdown-member"):
+    for name in ("team-task", "tool-action", "plan-approval", "shutdown-member", "watchdog"):
         assert by_name[name]["work_pool_name"] == "teamflow"
         flow = api(server, "GET", f"/flows/{by_name[name]['flow_id']}").json()
         assert flow["name"] == name  # started as `name/name`

@@ -142,6 +142,16 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
                         "the alert run",
                     )
                 assert run.state.is_completed(), run.state
+        # The watchdog is scheduled: every 30 s unless TEAMFLOW_WATCHDOG_EVERY says otherwise.
+        assert "scheduled the watchdog every 30 s" in output
+        with (
+            temporary_settings(updates={PREFECT_API_URL: api}),
+            runner.connected(),
+            get_client(sync_client=True) as client,
+        ):
+            found = client.read_deployment_by_name("watchdog/watchdog")
+            schedules = client.read_deployment_schedules(found.id)
+        assert [s.schedule.interval.total_seconds() for s in schedules if s.active] == [30]
         ticks = {m.payload["alert_name"] for m in inbox.messages(TEAM, "analyst-2")
                  if m.type == "system_alert"}  # fmt: skip
         assert ticks == {f"tick-{n}" for n in range(5)}

@@ -158,7 +158,8 @@ def task_run(
     """Starts the task's `team-task` flow run (on the `teamflow` work pool; `--local`: here).
 
     Refused while the task's blockers have not all completed (it starts by itself when they
-    have), and for a task without assignees when no member is idle to take it.
+    have), and for a task without assignees when no member is idle to take it. A task the
+    watchdog closed as failed (its run died) starts again as a new run.
     """
     from models.task import get_task
 
@@ -168,21 +169,18 @@ def task_run(
         import asyncio
 
         from flows.team_task import team_task
+        from models.watchdog import reopen_task
 
+        reopen_task(row.id)
         result = asyncio.run(team_task(str(row.id), team=row.team))
         if as_json:
             emit(result)
         else:
             typer.echo(f"task {row.id}: {result['status']}")
         return
-    from flows.runner import start
+    from flows.runner import start_task
 
-    run = start(
-        "team-task/team-task",
-        {"task_id": str(row.id), "team": row.team},
-        idempotency_key=f"team-task-{row.id}",
-        tags=[f"team:{row.team}"],
-    )
+    run = start_task(str(row.id))
     if as_json:
         emit({"task_id": str(row.id), "flow_run_id": str(run.id), "url": run.url})
     else:

@@ -93,6 +93,14 @@ def team_settings(
         int | None,
         typer.Option("--concurrency", help="Assignees of one task working at once."),
     ] = None,
+    offline_after: Annotated[
+        str | None,
+        typer.Option(
+            "--offline-after",
+            help="How old a member's heartbeat may get before the watchdog marks it offline "
+            "and alarms the lead: 90s, 5m, 1h (default 5m).",
+        ),
+    ] = None,
     reset: Annotated[
         list[str] | None,
         typer.Option("--reset", help="Restore a setting's default (e.g. plan_timeout_seconds)."),
@@ -104,6 +112,7 @@ def team_settings(
     Without options it prints the settings as stored (defaults are not shown).
     """
     from models import team
+    from models.team_settings import parse_duration
 
     changes: dict[str, object] = {
         "approvers": [a.strip() for a in approvers.split(",") if a.strip()]
@@ -115,6 +124,9 @@ def team_settings(
         "plan_max_revisions": max_revisions,
         "shutdown_timeout_seconds": shutdown_timeout,
         "concurrency": concurrency,
+        "offline_after_seconds": parse_duration(offline_after, what="--offline-after")
+        if offline_after is not None
+        else None,
     }
     changes = {k: v for k, v in changes.items() if v is not None}
     for key in reset or []:

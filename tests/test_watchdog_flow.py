@@ -1,0 +1,225 @@
+"""The `watchdog` flow against a Prefect test server and a real team: alarms reach the lead
+once per condition, dead runs are cleaned up, and team tasks keep their members' state."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from factories import TEAM, research_team
+from prefect.client.orchestration import get_client
+from prefect.states import Crashed, Running
+
+from flows import runner
+from flows.shutdown import shutdown_member
+from flows.team_task import team_task
+from flows.watchdog import DEPLOYMENT, schedule_watchdog, watchdog
+from models import inbox, membership, presence
+from models import team as teams
+from models.agent import AgentStateRow
+from models.base import utcnow
+from models.db import session_scope
+from models.shutdown import get_shutdown, request_shutdown
+from models.task import TaskState, create_task, get_task, move_task
+from models.tool import ToolDefinition, add_tool
+
+
+def run_watchdog() -> dict:
+    state = asyncio.run(watchdog(return_state=True))
+    assert state.is_completed(), state.message
+    return state.result()
+
+
+def alarms_of(member: str = "coordinator") -> list[dict]:
+    return [
+        r.payload
+        for r in inbox.messages(TEAM, member)
+        if r.type == "system_alert" and r.payload["alert_type"] == "ALARM"
+    ]
+
+
+def status_updates(member: str = "coordinator") -> list[dict]:
+    return [r.payload for r in inbox.messages(TEAM, member) if r.type == "status_update"]
+
+
+def silent_for(member: str, seconds: float) -> None:
+    """The member's last heartbeat was `seconds` ago (as if it stopped beating then)."""
+    with session_scope() as s:
+        agent_id = teams.get_member(s, TEAM, member).agent_id
+        state = s.get(AgentStateRow, agent_id)
+        state.last_heartbeat = utcnow() - timedelta(seconds=seconds)
+        s.add(state)
+
+
+def agent_state(member: str) -> AgentStateRow:
+    with session_scope() as s:
+        return s.get(AgentStateRow, teams.get_member(s, TEAM, member).agent_id)
+
+
+async def _crash(run_id) -> None:
+    async with get_client() as client:
+        await client.set_flow_run_state(
+            run_id,
+            Crashed(message="Flow run marked as crashed: its heartbeats stopped."),
+            force=True,
+        )
+
+
+async def _deploy(flow, name: str) -> None:
+    async with get_client() as client:
+        flow_id = await client.create_flow(flow)
+        await client.create_deployment(flow_id=flow_id, name=name)
+
+
+def test_a_silent_member_is_alarmed_once_and_again_after_coming_back(
+    prefect_api: str, db_url: str, home: Path
+) -> None:
+    research_team()
+    teams.update_settings(TEAM, {"offline_after_seconds": 90})
+    presence.heartbeat(TEAM, "analyst-1")
+    presence.heartbeat(TEAM, "analyst-2")
+    silent_for("analyst-1", 120)
+
+    delivered = [run_watchdog()["alarms"] for _ in range(3)]
+    assert delivered == [[f"offline:{TEAM}:analyst-1"], [], []]
+    [alarm] = alarms_of()
+    assert alarm["alert_name"] == f"offline:{TEAM}:analyst-1"
+    assert "analyst-1" in alarm["message"] and "offline" in alarm["message"]
+    assert agent_state("analyst-1").status == "offline"
+    assert agent_state("analyst-2").status == "idle"
+    assert status_updates()[-1]["status"] == "offline"
+    assert alarms_of("analyst-1") == []  # the lead is told, not the team
+
+    presence.heartbeat(TEAM, "analyst-1")  # back
+    assert agent_state("analyst-1").status == "idle"
+    assert "back" in status_updates()[-1]["message"]
+    assert run_watchdog()["alarms"] == []
+
+    silent_for("analyst-1", 120)
+    assert run_watchdog()["alarms"] == [f"offline:{TEAM}:analyst-1"]
+    assert run_watchdog()["alarms"] == []
+    assert len(alarms_of()) == 2
+
+
+def test_a_crashed_task_run_fails_the_task_and_the_task_starts_again(
+    prefect_api: str, db_url: str, home: Path
+) -> None:
+    research_team()
+    asyncio.run(_deploy(team_task, "team-task"))
+    task = create_task(TEAM, title="Q4 report", assignees=["analyst-1"])
+    first = runner.start_task(str(task.id))
+    assert runner.start_task(str(task.id)).id == first.id  # started twice: one run
+    move_task(task.id, to=TaskState.IN_PROGRESS)  # its worker claimed it, then died
+    asyncio.run(_crash(first.id))
+
+    result = run_watchdog()
+    assert str(first.id) in result["dead_runs"]
+    assert result["alarms"] == [f"crashed:{first.id}"]
+    closed = get_task(task.id)
+    assert closed.status == "archived"
+    assert "heartbeats stopped" in closed.reason and str(first.id) in closed.reason
+    [alarm] = alarms_of()
+    assert str(task.id) in alarm["message"] and "teamflow task run" in alarm["message"]
+    assert run_watchdog()["alarms"] == []  # once
+
+    again = runner.start_task(str(task.id))
+    assert again.id != first.id
+    reopened = get_task(task.id)
+    assert (reopened.status, reopened.reason, reopened.attempt) == ("pending", None, 1)
+    assert runner.start_task(str(task.id)).id == again.id
+    assert run_watchdog()["alarms"] == []  # the old dead run is of the attempt before
+    assert get_task(task.id).status == "pending"
+
+
+def test_a_shutdown_whose_run_died_is_forced(prefect_api: str, db_url: str, home: Path) -> None:
+    research_team()
+
+    async def dead_run() -> uuid.UUID:
+        async with get_client() as client:
+            run = await client.create_flow_run(
+                shutdown_member, parameters={"team": TEAM, "member": "analyst-2"}, state=Running()
+            )
+        await _crash(run.id)
+        return run.id
+
+    run_id = asyncio.run(dead_run())
+    request = request_shutdown(TEAM, "analyst-2", reason="done", flow_run_id=str(run_id))
+    assert run_watchdog()["alarms"] == [f"crashed:{run_id}"]
+    forced = get_shutdown(request.request_id)
+    assert forced.status == "forced" and forced.completed_at is not None
+    with session_scope() as s:
+        assert not teams.get_member(s, TEAM, "analyst-2").is_active
+    assert "forced" in alarms_of()[0]["message"]
+    assert run_watchdog()["alarms"] == []
+
+
+def test_a_team_task_keeps_its_members_state_and_tells_the_lead(
+    prefect_api: str, db_url: str, home: Path
+) -> None:
+    membership.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")
+    add_tool(
+        ToolDefinition.model_validate(
+            {
+                "tool_id": "echo_json",
+                "type": "script",
+                "description": "Prints its params",
+                "command": f'{sys.executable} -c "import sys; print(sys.stdin.read())"',
+                "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+                "output_schema": {"type": "object"},
+                "created_at": "2026-01-01T00:00:00Z",
+                "updated_at": "2026-01-01T00:00:00Z",
+            }
+        )
+    )
+    step = {"status": "EXECUTING", "thoughts": [], "stop": False, "response": None}
+    playbook = [
+        {**step, "actions": [
+            {"action": "echo_json", "type": "tool", "params": {"n": 7}, "execution": "SYNC"}
+        ]},
+        {**step, "status": "SUCCESS", "actions": [], "stop": True, "response": "done"},
+    ]  # fmt: skip
+    membership.add_member(
+        TEAM, "analyst-1", model="haiku", prompt="You are analyst-1.",
+        runtime={"kind": "scripted", "playbook": playbook},
+    )  # fmt: skip
+    presence.heartbeat(TEAM, "analyst-1")
+    before = len(status_updates())
+    silent_for("analyst-1", 3600)
+
+    task = create_task(TEAM, title="Count", assignees=["analyst-1"])
+    assert asyncio.run(team_task(str(task.id)))["status"] == "completed"
+
+    state = agent_state("analyst-1")
+    assert state.status == "idle"
+    assert utcnow() - state.last_heartbeat < timedelta(minutes=5)
+    updates = status_updates()[before:]
+    # busy while it worked, idle at the end: one message per change, not per heartbeat
+    assert [u["status"] for u in updates] == ["busy", "idle"]
+    assert all(u["agent_id"] == f"analyst-1@{TEAM}" for u in updates)
+    assert run_watchdog()["alarms"] == []
+
+
+def test_the_watchdog_deployment_gets_one_interval_schedule(
+    prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asyncio.run(_deploy(watchdog, "watchdog"))
+
+    async def intervals() -> list[float]:
+        async with get_client() as client:
+            deployment = await client.read_deployment_by_name(DEPLOYMENT)
+            schedules = await client.read_deployment_schedules(deployment.id)
+            return [s.schedule.interval.total_seconds() for s in schedules if s.active]
+
+    assert schedule_watchdog() == 30
+    assert asyncio.run(intervals()) == [30]
+    monkeypatch.setenv("TEAMFLOW_WATCHDOG_EVERY", "2m")
+    assert schedule_watchdog() == 120
+    assert schedule_watchdog() == 120
+    assert asyncio.run(intervals()) == [120]
+    monkeypatch.setenv("TEAMFLOW_WATCHDOG_EVERY", "nan")
+    with pytest.raises(ValueError, match="TEAMFLOW_WATCHDOG_EVERY"):
+        schedule_watchdog()
