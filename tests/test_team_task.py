@@ -13,7 +13,7 @@ import pytest
 from factories import TEAM
 from prefect.testing.utilities import prefect_test_harness
 
-from flows.team_task import team_task
+from flows.team_task import run_team_task
 from models import inbox, membership
 from models import team as teams
 from models.db import session_scope
@@ -87,7 +87,7 @@ def _member(name: str, playbook: list[dict], **kwargs) -> None:
 
 
 def _run(task_id) -> dict:
-    return asyncio.run(team_task(str(task_id)))
+    return asyncio.run(run_team_task(str(task_id)))
 
 
 def test_two_members_work_in_parallel_and_everything_is_recorded(team: str, home: Path) -> None:

@@ -124,9 +124,9 @@ def task_run(
     if local:
         import asyncio
 
-        from flows.team_task import team_task
+        from flows.team_task import run_team_task
 
-        result = asyncio.run(team_task(str(row.id), team=row.team))
+        result = asyncio.run(run_team_task(str(row.id), team=row.team))
         if as_json:
             emit(result)
         else:
