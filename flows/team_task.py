@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any
 
 import anyio
-from prefect import flow, get_run_logger, tags, task
+from prefect import flow, get_run_logger, task
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Failed
@@ -256,9 +256,21 @@ async def tool_action(
     params: dict[str, Any],
     task_id: str,
     resources: list[dict] | None = None,
+    team_task_id: str | None = None,
 ) -> dict[str, Any]:
-    """An `ASYNC` tool action: runs the tool, then delivers a `tool_result` notification."""
-    outcome = await run_tool(tool_id, params, team, member, resources)
+    """An `ASYNC` tool action: runs the tool, then delivers a `tool_result` notification.
+
+    The run is tagged `team:`, `member:` and (given `team_task_id`) `task:` while the tool
+    runs. (The run alone: tags on its task runs would cost a concurrency-slot call each.)
+    """
+    from flows.plan_approval import tag_run
+
+    extra = [f"task:{team_task_id}"] if team_task_id else []
+    tagging = asyncio.ensure_future(tag_run(*run_tags(team, [member]), *extra))
+    try:
+        outcome = await run_tool(tool_id, params, team, member, resources)
+    finally:
+        await tagging
     result = outcome["result"]
     await anyio.to_thread.run_sync(
         lambda: inbox.send(
@@ -568,13 +580,12 @@ async def _execute(
             work.tool_calls += 1
             if action.mode.value == "ASYNC":
                 task_id = action.task_id or str(uuid.uuid4())
-                # The run is created in the new asyncio task, which keeps these tags.
-                with tags(*run_tags(team, [name]), f"task:{info['id']}"):
-                    runner = asyncio.create_task(
-                        tool_action(
-                            team, name, action.action, dict(action.params), task_id, resources
-                        )
+                runner = asyncio.create_task(
+                    tool_action(
+                        team, name, action.action, dict(action.params), task_id, resources,
+                        team_task_id=info["id"],
                     )
+                )  # fmt: skip
                 work.pending.add(runner)
                 runner.add_done_callback(work.pending.discard)
                 actions.append(action.model_copy(update={"task_id": task_id}))
