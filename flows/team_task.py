@@ -12,9 +12,15 @@ cannot run tools before its plan is approved.
 
 Everything is kept: every step in the `messages` conversation table, the member's `004` task
 status (`tasks/{team}/{member}/task-status.json`), `output.log`, `artifacts/`, a
-`task_metrics` row and a `000` experience log per execution; the run shows a Markdown report
-and a table of the team's status in the Prefect UI. At the end the task is `completed` (or
-`archived` with the failures recorded) and the lead gets an `idle_notification`.
+`task_metrics` row and a `000` experience log per execution; the run shows a Markdown report,
+a table of the team's status, and each member's Markdown files and CSV tables (first rows) in
+the Prefect UI, and logs one line per step. At the end the task is `completed` (or `archived`
+with the failures recorded, and the run ends Failed saying which member failed at which step
+and why) and the lead gets an `idle_notification`.
+
+A denied plan: the lead's feedback joins the member's conversation as a message from the
+decider, and its next `request_plan_approval` revises the denied request, up to the team's
+`plan_max_revisions`; at the limit the member's part ends with that reason.
 
 Each agent step and each SYNC tool run is a Prefect task run. Claiming the task and closing
 it are one database transaction each, done in the flow itself; so is each step's reading of

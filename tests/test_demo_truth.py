@@ -46,7 +46,7 @@ DENIAL = "Add a comparison with Q3 before anything else."
 
 @pytest.fixture(scope="module")
 def harness() -> Any:
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=120):  # a busy machine starts it slowly
         yield
 
 
