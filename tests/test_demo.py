@@ -28,7 +28,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> dict:
     patch.setenv("PREFECT_API_URL", "")  # never a server left running elsewhere
     lines: list[str] = []
     try:
-        with prefect_test_harness():
+        with prefect_test_harness(server_startup_timeout=120):  # slow on a busy machine
             summary = demo.run(echo=lines.append)
         yield {"summary": summary, "home": home, "lines": lines}
     finally:
