@@ -23,7 +23,7 @@ from models.tool import ToolDefinition, add_tool
 
 @pytest.fixture(scope="module")
 def prefect():
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=120):  # slow on a busy machine
         yield
 
 
