@@ -410,7 +410,7 @@ def _record_step(
     conversation: str,
     response: ChimeraResponse,
     results: list[ToolResult],
-    notes: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    notes: list[tuple[str, str]] | None = None,
 ) -> None:
     """Appends the step's response (a new turn), the results handed back to the agent, and
     `notes`: user messages (`userid`, text), e.g. the lead's feedback on a denied plan."""
@@ -421,7 +421,7 @@ def _record_step(
             conversation,
             [lambda i, t: step_message(response, index=i, turn=t + 1)]
             + [lambda i, t, r=result: tool_result_message(r, index=i, turn=t) for result in results]
-            + [lambda i, t, n=note: _note_message(*n, index=i, turn=t) for note in notes],
+            + [lambda i, t, n=note: _note_message(*n, index=i, turn=t) for note in notes or []],
         )
 
 
