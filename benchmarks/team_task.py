@@ -85,7 +85,7 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
     os.environ["TEAMFLOW_DATABASE_URL"] = f"sqlite:///{home / 'teamflow.db'}"
     from prefect.testing.utilities import prefect_test_harness
 
-    from flows.team_task import team_task
+    from flows.team_task import run_team_task
     from flows.worker import api_clients
     from models.task import create_task
 
@@ -95,7 +95,7 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
     async def measure() -> dict[str, dict[str, float]]:
         async with api_clients():  # as in a worker's thread: clients made once
             warm = create_task(TEAM, title="warm-up", assignees=["idle"])
-            await team_task(str(warm.id))  # the first run pays for imports and first calls
+            await run_team_task(str(warm.id))  # the first run pays for imports and first calls
             figures: dict[str, dict[str, float]] = {}
             for label, member in (("orchestration only", "idle"), ("with one tool call", "worker")):
                 times = []
@@ -104,7 +104,7 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
                                        params={"path": str(data)})  # fmt: skip
                     await asyncio.sleep(gap)
                     started = time.perf_counter()
-                    result = await team_task(str(task.id))
+                    result = await run_team_task(str(task.id))
                     times.append(time.perf_counter() - started)
                     if result["status"] != "completed":
                         sys.exit(f"task {task.id} ended {result['status']}: {result['members']}")

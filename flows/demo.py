@@ -40,6 +40,7 @@ PLAN = (
     "Estimated time: 30 minutes"
 )
 APPROVAL_FEEDBACK = "Looks good. Also include comparison with Q3 data."
+REVISED_PLAN = PLAN + "\n\n### Revised after the lead's feedback\n\n{denial.feedback}"
 
 
 def _step(status: str, thought: str, actions: list[dict], *, stop: bool = False,
@@ -79,6 +80,15 @@ REPORT_2 = """# Customer behaviour and satisfaction (analyst-2)
 ## Satisfaction cross-reference
 {result.cross_reference_satisfaction.summary}
 """
+
+# A denied plan: analyst-1 revises it with the lead's feedback and asks again.
+ON_DENIAL: dict[str, dict[str, Any]] = {
+    "analyst-1": _step("EXECUTING", "The lead denied my plan: revise it with the feedback.", [
+        {"action": "request_plan_approval", "type": "internal",
+         "params": {"plan": REVISED_PLAN, "summary": "Q4 analysis plan (revised)"},
+         "execution": "SYNC"},
+    ]),
+}  # fmt: skip
 
 PLAYBOOKS: dict[str, list[dict[str, Any]]] = {
     "analyst-1": [
@@ -140,6 +150,23 @@ def messages(sales: Path, satisfaction: Path) -> list[dict[str, Any]]:
     ]
 
 
+def runtime(name: str) -> dict[str, Any]:
+    """The member's scripted runtime: its playbook, and how it revises a denied plan."""
+    config: dict[str, Any] = {"kind": "scripted", "playbook": PLAYBOOKS[name]}
+    if name in ON_DENIAL:
+        config["on_denial"] = ON_DENIAL[name]
+    return config
+
+
+Decider = Callable[[Any], tuple[bool, str | None]]
+"""Given a pending `PlanApproval`, the lead's decision: (approve, feedback)."""
+
+
+def by_policy(request: Any) -> tuple[bool, str | None]:
+    """The lead's policy in the demo: approve, with a remark."""
+    return True, APPROVAL_FEEDBACK
+
+
 def set_up(home: Path, echo: Callable[[str], None]) -> tuple[str, Path, Path]:
     """The team, its tools and data, the messages and the task; returns the task id."""
     from flows.demo_data import write_all
@@ -158,7 +185,7 @@ def set_up(home: Path, echo: Callable[[str], None]) -> tuple[str, Path, Path]:
     for name, model, plan_mode in (("analyst-1", "haiku", True), ("analyst-2", "sonnet", None)):
         membership.add_member(
             TEAM, name, model=model, prompt=PROMPTS[name], plan_mode_required=plan_mode,
-            runtime={"kind": "scripted", "playbook": PLAYBOOKS[name]},
+            runtime=runtime(name),
         )  # fmt: skip
     echo(f"  team {TEAM}: {LEAD} (lead), analyst-1 (haiku), analyst-2 (sonnet)")
     for message in messages(sales, satisfaction):
@@ -178,9 +205,12 @@ class Lead(threading.Thread):
     """The coordinator's side: decides plans (by policy, or waits for a person) and answers
     for the agents when they are asked to shut down."""
 
-    def __init__(self, interactive: bool, echo: Callable[[str], None]) -> None:
+    def __init__(
+        self, interactive: bool, echo: Callable[[str], None], decide: Decider = by_policy
+    ) -> None:
         super().__init__(name="demo-lead", daemon=True)
         self.interactive, self.echo, self.done = interactive, echo, threading.Event()
+        self.decide = decide
         self.decided: set[str] = set()
 
     def run(self) -> None:
@@ -199,13 +229,16 @@ class Lead(threading.Thread):
                         f"{request.request_id} --feedback '...'"
                     )
                     continue
-                approval.decide(
-                    request.request_id, approve=True, decider=LEAD, feedback=APPROVAL_FEEDBACK
+                # As `teamflow plan approve|deny` does: record the decision, resume the run.
+                approve, feedback = self.decide(request)
+                row = approval.decide(
+                    request.request_id, approve=approve, decider=LEAD, feedback=feedback
                 )
                 if request.flow_run_id:
                     # If the resume fails, the run still finds the decision in the database.
-                    resume_with_decision(request.flow_run_id, True, APPROVAL_FEEDBACK, LEAD)
-                self.echo(f"    approved by {LEAD} (the lead's policy)")
+                    resume_with_decision(request.flow_run_id, approve, feedback, LEAD)
+                why = "the lead's policy" if approve else f"feedback: {feedback}"
+                self.echo(f"    {row.status} by {LEAD} ({why})")
             self.answer_shutdowns()
 
     def answer_shutdowns(self) -> None:
@@ -231,9 +264,9 @@ class Lead(threading.Thread):
 
 async def _run(task_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from flows.shutdown import shutdown_member
-    from flows.team_task import team_task
+    from flows.team_task import run_team_task
 
-    result = await team_task(task_id, team=TEAM)
+    result = await run_team_task(task_id, team=TEAM)
     shutdowns = [
         await shutdown_member(TEAM, name, reason="tasks_complete", timeout_s=60)
         for name in ("analyst-1", "analyst-2")
@@ -241,19 +274,30 @@ async def _run(task_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return result, shutdowns
 
 
-def run(*, interactive: bool = False, echo: Callable[[str], None] = print) -> dict[str, Any]:
-    """Runs the demo; returns what happened (the task result, shutdowns, files)."""
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+def run(
+    *,
+    interactive: bool = False,
+    echo: Callable[[str], None] = print,
+    decide: Decider = by_policy,
+) -> dict[str, Any]:
+    """Runs the demo; returns what happened (the task result, shutdowns, files).
+
+    `decide` is the lead's decision on each plan (default: approve); `interactive` leaves
+    the decisions to a person instead. Raises `flows.runner.NoServer` (one line) before
+    anything is written when `PREFECT_API_URL` is set and no Prefect server answers there.
+    """
+    # The terminal shows warnings only; the runs' INFO lines still reach the Prefect UI.
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     home = db.settings().home
     started = time.monotonic()
+    server = _server()  # before anything is written: no server, no task left behind
     echo("1/4 setting up the team, its data and its task")
     task_id, _, _ = set_up(home, echo)
     echo("2/4 starting Prefect (the first start takes a few seconds)")
-    server = _server()
     echo(f"  Prefect: {server or 'a temporary local server, stopped at the end'}")
     echo("3/4 the agents work on the task (team-task flow)")
-    lead = Lead(interactive, echo)
+    lead = Lead(interactive, echo, decide)
     lead.start()
     try:
         with _on(server):
@@ -282,11 +326,24 @@ def run(*, interactive: bool = False, echo: Callable[[str], None] = print) -> di
 
 
 def _server() -> str | None:
-    """The API of a Prefect server that answers (started by `teamflow up`), else None."""
+    """The API of a Prefect server that answers (started by `teamflow up`), else None: a
+    temporary server is started then. `PREFECT_API_URL` set (environment or profile) where
+    nothing answers is an error (`runner.NoServer`, one line): the user meant that server."""
     from flows import runner
 
     api = runner.api_url()
-    return api if runner.probe(api, timeout=1.0) == "prefect" else None
+    answer = runner.probe(api, timeout=1.0)
+    if answer == "prefect":
+        return api
+    if runner.user_setting("PREFECT_API_URL"):
+        try:
+            runner.check_server(api)
+        except runner.NoServer:
+            raise runner.NoServer(
+                f"no Prefect server answers at {api} (PREFECT_API_URL); start one with "
+                "`teamflow up`, or unset PREFECT_API_URL to let the demo start a temporary one"
+            ) from None
+    return None
 
 
 def _on(api: str | None) -> contextlib.AbstractContextManager[Any]:

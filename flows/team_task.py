@@ -12,9 +12,15 @@ cannot run tools before its plan is approved.
 
 Everything is kept: every step in the `messages` conversation table, the member's `004` task
 status (`tasks/{team}/{member}/task-status.json`), `output.log`, `artifacts/`, a
-`task_metrics` row and a `000` experience log per execution; the run shows a Markdown report
-and a table of the team's status in the Prefect UI. At the end the task is `completed` (or
-`archived` with the failures recorded) and the lead gets an `idle_notification`.
+`task_metrics` row and a `000` experience log per execution; the run shows a Markdown report,
+a table of the team's status, and each member's Markdown files and CSV tables (first rows) in
+the Prefect UI, and logs one line per step. At the end the task is `completed` (or `archived`
+with the failures recorded, and the run ends Failed saying which member failed at which step
+and why) and the lead gets an `idle_notification`.
+
+A denied plan: the lead's feedback joins the member's conversation as a message from the
+decider, and its next `request_plan_approval` revises the denied request, up to the team's
+`plan_max_revisions`; at the limit the member's part ends with that reason.
 
 Each agent step and each SYNC tool run is a Prefect task run. Claiming the task and closing
 it are one database transaction each, done in the flow itself; so is each step's reading of
@@ -36,6 +42,7 @@ import anyio
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Failed
 from prefect.utilities.annotations import quote
 
 from flows import dependencies
@@ -77,6 +84,22 @@ DEFAULT_MAX_STEPS = 25
 DEFAULT_CONCURRENCY = 4
 RESULT_WAIT_S = 0.2  # how often a step waiting for an ASYNC result looks at the inbox
 HEARTBEAT_S = 10.0  # how often a working member's agent_state.last_heartbeat is renewed
+ARTIFACT_ROWS = 20  # rows of a member's CSV artifact shown as a table on the run
+ARTIFACT_CHARS = 20_000  # characters of a member's Markdown artifact shown on the run
+
+
+class TaskFailed(Exception):
+    """A team task a member failed: the `team-task` run ends Failed with this message.
+
+    Calling the flow directly raises it; `outcome` is what the flow would have returned.
+    """
+
+    def __init__(self, message: str, outcome: dict[str, Any]) -> None:
+        super().__init__(message, outcome)  # both in args: it pickles with its outcome
+        self.message, self.outcome = message, outcome
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass
@@ -94,6 +117,8 @@ class Work:
     plan_approved: bool = False
     denied_request: str | None = None
     feedback_id: str | None = None
+    failed_step: int | None = None
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (userid, text) to record
     pending: set[asyncio.Task] = field(default_factory=set)
     started_at: Any = None
     ended_at: Any = None
@@ -202,17 +227,27 @@ async def member_status(team: str, member: str, status: str, **kwargs: Any) -> N
     )
 
 
+@dataclass(frozen=True)
+class StepFailure:
+    """Why a runtime could not give the member's next step (one line)."""
+
+    reason: str
+
+
 @task(name="agent-step", task_run_name="step {number} of {member}", cache_policy=NO_CACHE)
 async def agent_step(
     runtime: dict[str, Any], request: StepRequest, member: str, number: int
-) -> StepResult | None:
-    """The member's next step; None while a result it needs (an ASYNC action's) is due."""
+) -> StepResult | StepFailure | None:
+    """The member's next step; None while a result it needs (an ASYNC action's) is due;
+    a `StepFailure` (one line, no traceback in the run's logs) when the runtime cannot step."""
 
-    def step() -> StepResult | None:
+    def step() -> StepResult | StepFailure | None:
         try:
             return runtime_for(runtime).step(request)
         except ResultPending:
             return None
+        except (StepError, ValueError) as exc:
+            return StepFailure(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
     return await anyio.to_thread.run_sync(step)
 
@@ -258,9 +293,21 @@ async def tool_action(
     params: dict[str, Any],
     task_id: str,
     resources: list[dict] | None = None,
+    team_task_id: str | None = None,
 ) -> dict[str, Any]:
-    """An `ASYNC` tool action: runs the tool, then delivers a `tool_result` notification."""
-    outcome = await run_tool(tool_id, params, team, member, resources)
+    """An `ASYNC` tool action: runs the tool, then delivers a `tool_result` notification.
+
+    The run is tagged `team:`, `member:` and (given `team_task_id`) `task:` while the tool
+    runs. (The run alone: tags on its task runs would cost a concurrency-slot call each.)
+    """
+    from flows.plan_approval import tag_run
+
+    extra = [f"task:{team_task_id}"] if team_task_id else []
+    tagging = asyncio.ensure_future(tag_run(*run_tags(team, [member]), *extra))
+    try:
+        outcome = await run_tool(tool_id, params, team, member, resources)
+    finally:
+        await tagging
     result = outcome["result"]
     await anyio.to_thread.run_sync(
         lambda: inbox.send(
@@ -390,19 +437,45 @@ def _before_step(
 
 
 def _record_step(
-    agent_id: str, conversation: str, response: ChimeraResponse, results: list[ToolResult]
+    agent_id: str,
+    conversation: str,
+    response: ChimeraResponse,
+    results: list[ToolResult],
+    notes: list[tuple[str, str]] | None = None,
 ) -> None:
-    """Appends the step's response (a new turn) and the results handed back to the agent."""
+    """Appends the step's response (a new turn), the results handed back to the agent, and
+    `notes`: user messages (`userid`, text), e.g. the lead's feedback on a denied plan."""
     with session_scope() as s:
         _append_all(
             s,
             agent_id,
             conversation,
             [lambda i, t: step_message(response, index=i, turn=t + 1)]
-            + [
-                lambda i, t, r=result: tool_result_message(r, index=i, turn=t) for result in results
-            ],
+            + [lambda i, t, r=result: tool_result_message(r, index=i, turn=t) for result in results]
+            + [lambda i, t, n=note: _note_message(*n, index=i, turn=t) for note in notes or []],
         )
+
+
+def _note_message(userid: str, text: str, *, index: int, turn: int) -> ConversationMessage:
+    return ConversationMessage.model_validate(
+        {
+            "index": index,
+            "turn": turn,
+            "timestamp": utcnow(),
+            "role": "user",
+            "content": {"userid": userid, "text": text},
+        }
+    )
+
+
+def step_line(member: str, number: int, response: ChimeraResponse) -> str:
+    """The run log's line for one step: `analyst-1 step 2: analyze_sales (EXECUTING)`."""
+    actions = ", ".join(
+        f"{a.action} {a.mode.value}" if a.mode.value == "ASYNC" else a.action
+        for a in response.actions
+    )
+    done = " stop" if response.stop else ""
+    return f"{member} step {number}: {actions or 'no actions'} ({response.status.value}{done})"
 
 
 def _next(conversation: list[ConversationMessage]) -> tuple[int, int]:
@@ -447,10 +520,14 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
             await liveness.now("thinking")
             # quote: Prefect need not walk the conversation and tools looking for futures.
             result = await agent_step(quote(runtime), quote(request), name, work.steps + 1)
+            if isinstance(result, StepFailure):
+                work.failed_step = work.steps + 1
+                raise StepError(result.reason)
             if result is None:
                 # A result it needs is due from an ASYNC action. Once none is running, the
                 # inbox is looked at one more time before the step counts as failed.
                 if not work.pending and waited_after_last:
+                    work.failed_step = work.steps + 1
                     raise StepError(f"{name} waits for a result that no running action will send")
                 waited_after_last = not work.pending
                 await asyncio.sleep(RESULT_WAIT_S)
@@ -471,9 +548,11 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
             response, stop, results = await _execute(
                 info, name, lead, response, work, member.plan_mode, resources, scope
             )
+            notes, work.notes = work.notes, []
             await anyio.to_thread.run_sync(
-                _record_step, member.agent_id, conversation_id, response, results
+                _record_step, member.agent_id, conversation_id, response, results, notes
             )
+            logger.info("%s", step_line(name, work.steps, response))
             unread = []
             if response.response:
                 work.response = response.response
@@ -485,8 +564,9 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
         if work.pending:
             await asyncio.gather(*work.pending)
     except (StepError, ValueError) as exc:
-        work.ok, work.error = False, str(exc)
-        logger.error("%s failed: %s", name, exc)
+        work.ok, work.error = False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        work.failed_step = work.failed_step or max(work.steps, 1)
+        logger.error("%s failed at step %d: %s", name, work.failed_step, work.error)
         await anyio.to_thread.run_sync(append_output, team, name, f"error: {exc}")
     finally:
         keeper.cancel()
@@ -546,8 +626,11 @@ async def _execute(
             if action.mode.value == "ASYNC":
                 task_id = action.task_id or str(uuid.uuid4())
                 runner = asyncio.create_task(
-                    tool_action(team, name, action.action, dict(action.params), task_id, resources)
-                )
+                    tool_action(
+                        team, name, action.action, dict(action.params), task_id, resources,
+                        team_task_id=info["id"],
+                    )
+                )  # fmt: skip
                 work.pending.add(runner)
                 runner.add_done_callback(work.pending.discard)
                 actions.append(action.model_copy(update={"task_id": task_id}))
@@ -634,6 +717,8 @@ async def _internal(
         if decision["status"] == "rejected":
             raise StepError(f"plan {decision['requestId']} was rejected: {decision['cause']}")
         results.append(ToolResult.success(action, decision))
+        if decision["status"] == "denied":
+            work.notes.append(await anyio.to_thread.run_sync(_denial_note, team, lead, decision))
         return False
     if action == "create_task":
         from models.task import create_task
@@ -651,6 +736,18 @@ async def _internal(
         return False
     results.append(ToolResult.failure(action, f"unknown internal action {action!r}"))
     return False
+
+
+def _denial_note(team: str, lead: str, decision: dict[str, Any]) -> tuple[str, str]:
+    """The lead's feedback on a denied plan, as the member's conversation shows it."""
+    limit = teams.settings_of(team).max_revisions
+    feedback = decision.get("feedback") or decision.get("cause") or "no reason given"
+    text = (
+        f"Plan {decision['requestId']} (revision {decision['revision']} of at most {limit}) "
+        f"was denied: {feedback}\nRevise the plan and ask for approval again."
+    )
+    who = decision.get("decidedBy") or lead
+    return (lead if who == "system" else who), text
 
 
 # --- the flow -------------------------------------------------------------------------------
@@ -770,8 +867,57 @@ async def finish(info: dict[str, Any], works: list[Work], ok: bool) -> None:
         await acreate_table_artifact(
             rows, key=f"team-{info['team']}", description=f"{info['team']} status"
         )
+        await member_artifacts(info, [w.member for w in works])
     finally:
         await markdown
+
+
+def _artifact_key(*parts: str) -> str:
+    """A Prefect artifact key (lowercase letters, digits, dashes) made of `parts`."""
+    import re
+
+    key = re.sub(r"[^a-z0-9]+", "-", "-".join(parts).lower()).strip("-")
+    return key[:100].rstrip("-") or "artifact"
+
+
+def _member_outputs(team: str, member: str) -> list[tuple[str, str, Any]]:
+    """A member's Markdown and CSV artifacts, kept small: (kind, file name, content)."""
+    import csv
+    import itertools
+
+    folder = member_files(team, member) / "artifacts"
+    found: list[tuple[str, str, Any]] = []
+    if not folder.is_dir():
+        return found
+    for path in sorted(folder.iterdir()):
+        try:
+            if path.suffix == ".md":
+                text = path.read_text(encoding="utf-8", errors="replace")
+                if len(text) > ARTIFACT_CHARS:
+                    text = text[:ARTIFACT_CHARS] + "\n\n*(cut: see the file for the rest)*"
+                found.append(("markdown", path.name, text))
+            elif path.suffix == ".csv":
+                with path.open(newline="", encoding="utf-8", errors="replace") as f:
+                    rows = [dict(r) for r in itertools.islice(csv.DictReader(f), ARTIFACT_ROWS)]
+                found.append(("table", path.name, rows))
+        except OSError:
+            continue
+    return found
+
+
+async def member_artifacts(info: dict[str, Any], members: list[str]) -> None:
+    """Each member's `report.md` (any Markdown) and tables of its CSV files (the first
+    `ARTIFACT_ROWS` rows) as artifacts of the run, so the Prefect UI shows the results."""
+    team = info["team"]
+    for member in members:
+        outputs = await anyio.to_thread.run_sync(_member_outputs, team, member)
+        for kind, name, content in outputs:
+            key = _artifact_key(member, info["id"][:8], name)
+            description = f"{member}: artifacts/{name}"
+            if kind == "markdown":
+                await acreate_markdown_artifact(content, key=key, description=description)
+            elif content:
+                await acreate_table_artifact(content, key=key, description=description)
 
 
 def _run_name() -> str:
@@ -834,7 +980,7 @@ async def team_task(
         await tagging
     ok = all(w.ok for w in works)
     await finish(info, works, ok)
-    return {
+    outcome = {
         "task_id": task_id,
         "status": "completed" if ok else "archived",
         "members": {
@@ -842,3 +988,25 @@ async def team_task(
             for w in works
         },
     }
+    if ok:
+        return outcome
+    # Recorded and closed: the run itself ends Failed, saying who failed where and why.
+    message = failure_message(works)
+    return Failed(message=message, data=TaskFailed(message, outcome))
+
+
+def failure_message(works: list[Work]) -> str:
+    """`analyst-1 failed at step 3: plan ... was rejected: ...` (one clause per member)."""
+    return "; ".join(
+        f"{w.member} failed at step {w.failed_step or w.steps}: {w.error}"
+        for w in works
+        if not w.ok
+    )
+
+
+async def run_team_task(task_id: str, **kwargs: Any) -> dict[str, Any]:
+    """Runs `team_task` here and returns its outcome, whether the task completed or failed."""
+    try:
+        return await team_task(task_id, **kwargs)
+    except TaskFailed as exc:
+        return exc.outcome

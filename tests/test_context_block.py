@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from flows.runtimes import tool_results
 from flows.scope import ScopeError, read_knowledge, step_scope
-from flows.team_task import team_task
+from flows.team_task import run_team_task
 from flows.tools import builtin_tools, install_builtin_tools
 from models import membership
 from models.agent import ActionContext, load_conversation
@@ -265,7 +265,7 @@ def _run(root: Path, playbook: list[dict]) -> tuple[dict, dict[str, ToolResult]]
         },
     )  # fmt: skip
     task = create_task(TEAM, title="Q4", assignees=["analyst-1"])
-    outcome = asyncio.run(team_task(str(task.id)))
+    outcome = asyncio.run(run_team_task(str(task.id)))
     with session_scope() as s:
         conversation = load_conversation(
             session=s, agent_id=f"analyst-1@{TEAM}", conversation_id=f"task-{task.id}"

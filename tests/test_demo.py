@@ -28,7 +28,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> dict:
     patch.setenv("PREFECT_API_URL", "")  # never a server left running elsewhere
     lines: list[str] = []
     try:
-        with prefect_test_harness():
+        with prefect_test_harness(server_startup_timeout=120):  # slow on a busy machine
             summary = demo.run(echo=lines.append)
         yield {"summary": summary, "home": home, "lines": lines}
     finally:
@@ -134,13 +134,32 @@ def test_the_team_went_through_approval_and_the_handshake(ran: dict) -> None:
     assert [m.name for m in teams.list_members("research-team", active=True)] == ["coordinator"]
 
 
-def test_without_a_server_the_demo_uses_a_temporary_one() -> None:
+def _free_port() -> int:
     import socket
-
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    with temporary_settings(updates={PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
+        return free.getsockname()[1]
+
+
+def test_without_a_server_the_demo_uses_a_temporary_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    monkeypatch.setenv("PREFECT_API_URL", "")  # the user chose no server
+    monkeypatch.setenv("PREFECT_PROFILES_PATH", "/nonexistent/profiles.toml")
+    with temporary_settings(updates={PREFECT_API_URL: f"http://127.0.0.1:{_free_port()}/api"}):
         assert demo._server() is None
+
+
+def test_a_chosen_server_that_does_not_answer_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.runner import NoServer
+
+    url = f"http://127.0.0.1:{_free_port()}/api"
+    monkeypatch.setenv("PREFECT_API_URL", url)
+    with (
+        temporary_settings(updates={PREFECT_API_URL: url}),
+        pytest.raises(NoServer, match=r"no Prefect server answers at .*PREFECT_API_URL"),
+    ):
+        demo._server()

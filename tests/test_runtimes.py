@@ -295,6 +295,60 @@ def test_an_async_result_from_the_inbox_and_a_plan_decision_fill_the_next_step()
     assert step.response == "app.tar / Go ahead"
 
 
+def test_a_denied_plan_plays_the_on_denial_step_then_the_playbook_goes_on() -> None:
+    ask = {"action": "request_plan_approval", "type": "internal"}
+    runtime = runtime_for(
+        {
+            "playbook": [
+                chimera(actions=[{**ask, "params": {"plan": "v1"}}]),
+                chimera(response="working", stop=True),
+            ],
+            "on_denial": chimera(
+                actions=[{**ask, "params": {"plan": "v{denial.revision}+ {denial.feedback}"}}]
+            ),
+        }
+    )
+    req = request()
+    talk = Conversation(req)
+
+    def decided(status: str, revision: int) -> None:
+        talk.add_result(
+            ToolResult.success(
+                "request_plan_approval",
+                {"requestId": f"plan-{revision}", "status": status, "revision": revision,
+                 "feedback": f"add Q3 ({revision})", "approve": status == "approved"},
+            )
+        )  # fmt: skip
+
+    first = runtime.step(req).response
+    assert first.actions[0].params["plan"] == "v1"
+    talk.add_step(first)
+    decided("denied", 1)
+    req.conversation.append(user(len(req.conversation), "Plan plan-1 was denied: add Q3"))
+    revised = runtime.step(req).response
+    assert revised.actions[0].params["plan"] == "v1+ add Q3 (1)"
+    talk.add_step(revised)
+    decided("denied", 2)
+    again = runtime.step(req).response
+    assert again.actions[0].params["plan"] == "v2+ add Q3 (2)"
+    talk.add_step(again)
+    decided("approved", 3)
+    assert runtime.step(req).response.response == "working"  # entry 2, after 3 steps
+
+
+def test_without_on_denial_a_playbook_plays_on_by_position() -> None:
+    runtime = runtime_for({"playbook": [chimera(), chimera(response="second")]})
+    req = request()
+    talk = Conversation(req)
+    talk.add_step(runtime.step(req).response)
+    talk.add_result(ToolResult.success("request_plan_approval", {"status": "denied"}))
+    assert runtime.step(req).response.response == "second"
+    with pytest.raises(StepError, match="no plan was denied"):
+        runtime_for(
+            {"playbook": [chimera(response="{denial.feedback}")], "on_denial": chimera()}
+        ).step(request())
+
+
 def test_a_step_message_records_the_whole_step_in_003_form() -> None:
     response = ChimeraResponse.model_validate(
         chimera(

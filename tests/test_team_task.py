@@ -13,7 +13,7 @@ import pytest
 from factories import TEAM
 from prefect.testing.utilities import prefect_test_harness
 
-from flows.team_task import team_task
+from flows.team_task import run_team_task
 from models import inbox, membership
 from models import team as teams
 from models.db import session_scope
@@ -23,7 +23,7 @@ from models.tool import ToolDefinition, add_tool
 
 @pytest.fixture(scope="module")
 def prefect():
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=120):  # slow on a busy machine
         yield
 
 
@@ -87,7 +87,7 @@ def _member(name: str, playbook: list[dict], **kwargs) -> None:
 
 
 def _run(task_id) -> dict:
-    return asyncio.run(team_task(str(task_id)))
+    return asyncio.run(run_team_task(str(task_id)))
 
 
 def test_two_members_work_in_parallel_and_everything_is_recorded(team: str, home: Path) -> None:
@@ -246,6 +246,47 @@ def test_an_agent_asking_again_after_a_denial_revises_its_plan_up_to_the_limit(
     assert (second.status, second.revision) == ("rejected", 2)
     assert second.previous_request_id == first.request_id
     assert f"plan {second.request_id} was rejected" in result["members"]["analyst-1"]["error"]
+
+
+def test_a_command_agent_sees_the_denial_in_its_conversation_and_the_run_fails_at_the_limit(
+    team: str, tmp_path: Path
+) -> None:
+    """The denial's note is a user message of the conversation: the agent revises its plan
+    from it. Denied at the limit, the run ends Failed naming the member, step and reason."""
+    from flows.team_task import TaskFailed, team_task
+    from models import approval
+
+    teams.update_settings(
+        TEAM, {"plan_timeout_seconds": 1, "plan_timeout_policy": "deny", "plan_max_revisions": 2}
+    )
+    agent = tmp_path / "agent.py"
+    agent.write_text(
+        "import json, sys\n"
+        "request = json.load(sys.stdin)\n"
+        "last = request['conversation'][-1]['content']\n"
+        "text = last.get('text', '') if isinstance(last, dict) else ''\n"
+        "plan = 'v1' if len(request['conversation']) == 2 else 'revised: ' + text\n"
+        "act = {'action': 'request_plan_approval', 'type': 'internal',"
+        " 'params': {'plan': plan, 'summary': 'plan'}}\n"
+        "out = {'status': 'EXECUTING', 'thoughts': [], 'actions': [act], 'stop': False,"
+        " 'response': None}\n"
+        "print(json.dumps(out))\n"
+    )
+    membership.add_member(
+        TEAM, "analyst-1", model="haiku", prompt="p", plan_mode_required=True,
+        runtime={"kind": "command", "argv": [sys.executable, str(agent)], "timeout": 30},
+    )  # fmt: skip
+    task = create_task(TEAM, title="Revise", assignees=["analyst-1"])
+    with pytest.raises(TaskFailed) as failed:
+        asyncio.run(team_task(str(task.id)))
+    first, second = approval.list_requests(TEAM, member="analyst-1")
+    assert second.plan.startswith(f"revised: Plan {first.request_id} (revision 1 of at most 2)")
+    assert "was denied" in second.plan and "Revise the plan" in second.plan
+    assert str(failed.value) == (
+        f"analyst-1 failed at step 2: plan {second.request_id} was rejected: {second.cause}"
+    )
+    assert failed.value.outcome["status"] == "archived"
+    assert get_task(task.id).status == "archived"
 
 
 def _teamflow(*args: str) -> subprocess.CompletedProcess:

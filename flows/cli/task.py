@@ -168,11 +168,11 @@ def task_run(
     if local:
         import asyncio
 
-        from flows.team_task import team_task
+        from flows.team_task import run_team_task
         from models.watchdog import reopen_task
 
         reopen_task(row.id)
-        result = asyncio.run(team_task(str(row.id), team=row.team))
+        result = asyncio.run(run_team_task(str(row.id), team=row.team))
         if as_json:
             emit(result)
         else:

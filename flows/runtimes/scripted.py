@@ -19,6 +19,18 @@ Strings in a template may hold placeholders, filled when the step is played:
     {inbox.plan_approval_response.feedback}   the latest unread inbox entry of that type
                                           (its JSON text, or the entry itself)
 
+A plan the lead denies is revised by the config's `on_denial` step (in a playbook file, the
+object's `on_denial`): the step after a denial plays it instead of the next entry, and the
+playbook goes on where it was once a plan is approved. Its placeholders see the denial:
+
+    {denial.feedback}  {denial.requestId}  {denial.revision}   the latest denied plan
+
+    {"kind": "scripted", "playbook": [...], "on_denial": {"actions": [
+        {"action": "request_plan_approval", "type": "internal",
+         "params": {"plan": "...revised: {denial.feedback}", "summary": "..."}}], ...}}
+
+Without `on_denial`, step N plays entry N whatever was decided.
+
 Paths go into objects by key and into lists by position (`top_trends.0.product`). In an
 action's `params`, a string that is only one placeholder takes the value as it is (a list
 stays a list, a number a number); everywhere else a value is written as text: a list of
@@ -36,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from flows.runtimes import (
+    TOOL_USER_PREFIX,
     ResultPending,
     StepError,
     StepRequest,
@@ -43,6 +56,7 @@ from flows.runtimes import (
     parse_chimera,
     tool_results,
 )
+from models.agent import ConversationRole
 from models.tool import ToolResult, ToolResultStatus
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")
@@ -55,6 +69,7 @@ class ScriptedRuntime:
 
     playbook: tuple[dict[str, Any], ...]
     source: str = "inline playbook"
+    on_denial: dict[str, Any] | None = None
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ScriptedRuntime:
@@ -64,13 +79,19 @@ class ScriptedRuntime:
         A config without a playbook is accepted; stepping it raises a `StepError` saying so.
         """
         playbook = config.get("playbook", [])
+        on_denial = config.get("on_denial")
         source = "inline playbook"
         if isinstance(playbook, str):
             source = f"playbook {playbook}"
-            playbook = _read_playbook(Path(playbook).expanduser())
+            data = _read_playbook(Path(playbook).expanduser())
+            playbook = data.get("playbook") if isinstance(data, dict) else data
+            if on_denial is None and isinstance(data, dict):
+                on_denial = data.get("on_denial")
         if not isinstance(playbook, list) or not all(isinstance(s, dict) for s in playbook):
             raise ValueError(f"{source}: a playbook is a list of Chimera response objects")
-        return cls(playbook=tuple(playbook), source=source)
+        if on_denial is not None and not isinstance(on_denial, dict):
+            raise ValueError(f"{source}: on_denial is one Chimera response object")
+        return cls(playbook=tuple(playbook), source=source, on_denial=on_denial)
 
     def step(self, request: StepRequest) -> StepResult:
         """The next playbook entry, filled in; `StepError` when there is none or it does not
@@ -82,6 +103,13 @@ class ScriptedRuntime:
                 '{"kind": "scripted", "playbook": [...]} or another runtime kind'
             )
         number = request.steps_taken
+        if self.on_denial is not None:
+            revised, denial = _denials(request)
+            if denial is not None:
+                where = f"{self.source} on_denial step"
+                filled = _fill_step(self.on_denial, _Values(request, where, denial))
+                return StepResult(response=parse_chimera(filled, source=where), tokens=0)
+            number -= revised  # revisions are played besides the playbook's entries
         if number >= len(self.playbook):
             raise StepError(
                 f"{self.source} has {len(self.playbook)} steps and all were played; "
@@ -105,15 +133,39 @@ def _read_playbook(path: Path) -> Any:
         raise ValueError(
             f"playbook {path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
-    return data.get("playbook") if isinstance(data, dict) else data
+    return data
+
+
+PLAN_ACTION = "request_plan_approval"
+
+
+def _denials(request: StepRequest) -> tuple[int, dict[str, Any] | None]:
+    """How many denied plans were answered by a step already, and the denial (the
+    `plan_approval_response`) the next step must answer, if any."""
+    answered, waiting = 0, None
+    for message in request.conversation:
+        if message.role is ConversationRole.ASSISTANT:
+            if waiting is not None:
+                answered, waiting = answered + 1, None
+            continue
+        content = message.content
+        if getattr(content, "userid", "") != f"{TOOL_USER_PREFIX}{PLAN_ACTION}":
+            continue
+        found = tool_results([message]).get(PLAN_ACTION)
+        decision = (found.result or {}) if found is not None else {}
+        waiting = decision if decision.get("status") == "denied" else None
+    return answered, waiting
 
 
 class _Values:
     """What placeholders resolve to for one step."""
 
-    def __init__(self, request: StepRequest, where: str) -> None:
+    def __init__(
+        self, request: StepRequest, where: str, denial: dict[str, Any] | None = None
+    ) -> None:
         self.request = request
         self.where = where
+        self.denial = denial
         self.results: dict[str, ToolResult] = tool_results(request.conversation, request.inbox)
 
     def get(self, path: str) -> Any:
@@ -123,6 +175,10 @@ class _Values:
         params = task.get("params") or {}
         if head == "result" and rest:
             return self._result(path, rest)
+        if head == "denial":
+            if self.denial is None:
+                raise StepError(f"{self.where} uses {{{path}}}, but no plan was denied")
+            return self._walk(path, self.denial, rest)
         if head == "inbox" and rest:
             return self._walk(path, self._inbox(path, rest[0]), rest[1:])
         if head == "task":

@@ -1,0 +1,218 @@
+"""The demo when the lead denies a plan, and what its runs tell Prefect.
+
+A denied plan reaches analyst-1 as a message in its conversation, it revises the plan, the
+revision links to the denied request, and the task completes; denied up to the team's limit,
+analyst-1's part ends with one line saying why, and the `team-task` run ends Failed saying
+who failed at which step. Either way every step logs a line on the run, the members' reports
+and tables are artifacts of it, and the `tool-action` runs carry team, member and task tags.
+Without a server where `PREFECT_API_URL` points, `teamflow demo` says so in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowFilter,
+    FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterTags,
+    LogFilter,
+    LogFilterFlowRunId,
+)
+from prefect.testing.utilities import prefect_test_harness
+from sqlmodel import Session, select
+
+from flows import demo
+from models import db
+from models.agent import load_conversation
+from models.approval import list_requests
+from models.db import session_scope
+from models.task import TaskRow, list_tasks
+
+TEAM = demo.TEAM
+DENIAL = "Add a comparison with Q3 before anything else."
+
+
+@pytest.fixture(scope="module")
+def harness() -> Any:
+    with prefect_test_harness(server_startup_timeout=120):  # a busy machine starts it slowly
+        yield
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, harness: Any) -> Path:
+    monkeypatch.setenv("TEAMFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("TEAMFLOW_DATABASE_URL", f"sqlite:///{tmp_path / 'teamflow.db'}")
+    monkeypatch.setenv("PREFECT_API_URL", "")  # the harness's server, never another one
+    return tmp_path
+
+
+def _team_task_run(client: Any, task_id: str) -> Any:
+    runs = client.read_flow_runs(
+        flow_filter=FlowFilter(name=FlowFilterName(any_=["team-task"])), limit=50
+    )
+    (run,) = [r for r in runs if r.parameters.get("task_id") == task_id]
+    return run
+
+
+def _logs(client: Any, run_id: Any, wanted: str) -> list[str]:
+    """The run's log messages, once one containing `wanted` arrived (logs are sent in batches)."""
+    deadline = time.monotonic() + 60
+    while True:
+        logs = client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])), limit=200
+        )
+        messages = [log.message for log in logs]
+        if any(wanted in m for m in messages) or time.monotonic() > deadline:
+            return messages
+        time.sleep(0.2)
+
+
+def _conversation(member: str, task_id: str) -> list[Any]:
+    with session_scope() as s:
+        return load_conversation(
+            session=s, agent_id=f"{member}@{TEAM}", conversation_id=f"task-{task_id}"
+        )
+
+
+def test_a_denied_plan_is_revised_approved_and_the_task_completes(home: Path) -> None:
+    decided: list[str] = []
+
+    def deny_first(request: Any) -> tuple[bool, str | None]:
+        decided.append(request.request_id)
+        return (False, DENIAL) if len(decided) == 1 else (True, "Thanks, go ahead.")
+
+    lines: list[str] = []
+    summary = demo.run(echo=lines.append, decide=deny_first)
+    task_id = summary["task"]["task_id"]
+    assert summary["task"]["status"] == "completed", summary["task"]
+    assert all(m["ok"] for m in summary["task"]["members"].values())
+    assert [t.status for t in list_tasks(TEAM)] == ["completed"]
+
+    first, second = list_requests(TEAM, member="analyst-1")
+    assert (first.status, first.revision, first.feedback) == ("denied", 1, DENIAL)
+    assert (second.status, second.revision) == ("approved", 2)
+    assert second.previous_request_id == first.request_id
+    assert DENIAL in second.plan  # the revised plan took the feedback in
+
+    # The feedback is a message of analyst-1's conversation, from the lead, before the
+    # step that revised the plan; `teamflow log` shows it.
+    texts = [
+        (getattr(m.content, "userid", None), getattr(m.content, "text", "") or "")
+        for m in _conversation("analyst-1", task_id)
+    ]
+    assert any(who == demo.LEAD and DENIAL in text for who, text in texts)
+    shown = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "log", TEAM, "analyst-1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert DENIAL in shown.stdout
+
+    with get_client(sync_client=True) as client:
+        run = _team_task_run(client, task_id)
+        assert run.state.type.value == "COMPLETED"
+        logs = _logs(client, run.id, "analyst-2 step 4")
+        for line in (
+            "analyst-1 step 1: request_plan_approval",
+            "analyst-1 step 2: request_plan_approval",
+            "analyst-1 step 3: analyze_sales",
+            "analyst-2 step 1: cross_reference_satisfaction ASYNC",
+            "analyst-2 step 4: no actions (SUCCESS stop)",
+        ):
+            assert any(m.startswith(line) for m in logs), (line, logs)
+        assert not any("Traceback" in m for m in logs)
+
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
+        )
+        by_description = {a.description: a for a in artifacts}
+        report = by_description["analyst-1: artifacts/report.md"]
+        assert report.type == "markdown" and "Top 3 revenue trends" in report.data
+        table = by_description["analyst-2: artifacts/analysis.csv"]
+        assert table.type == "table"
+        assert "satisfaction" not in by_description  # only the members' own files
+        assert "analyst-1: artifacts/analysis.csv" in by_description
+
+        (action,) = client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["tool-action"])),
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[f"task:{task_id}"])),
+        )
+        assert {f"team:{TEAM}", "member:analyst-2", f"task:{task_id}"} <= set(action.tags)
+
+
+def test_denied_up_to_the_limit_the_member_stops_with_a_reason_and_the_run_fails(
+    home: Path,
+) -> None:
+    def always_deny(request: Any) -> tuple[bool, str | None]:
+        return False, f"{DENIAL} (round {request.revision})"
+
+    lines: list[str] = []
+    summary = demo.run(echo=lines.append, decide=always_deny)
+    task_id = summary["task"]["task_id"]
+    outcome = summary["task"]
+    assert outcome["status"] == "archived"
+    assert outcome["members"]["analyst-2"]["ok"]
+    error = outcome["members"]["analyst-1"]["error"]
+    requests = list_requests(TEAM, member="analyst-1")
+    assert [(r.status, r.revision) for r in requests] == [
+        ("denied", 1), ("denied", 2), ("rejected", 3),
+    ]  # fmt: skip
+    assert error.startswith(f"plan {requests[-1].request_id} was rejected")
+    assert "revision limit (3) is reached" in error and "\n" not in error
+    assert [t.status for t in list_tasks(TEAM)] == ["archived"]
+    assert any(error in line for line in lines)  # the demo's summary names the reason
+
+    with get_client(sync_client=True) as client:
+        run = _team_task_run(client, task_id)
+        assert run.state.type.value == "FAILED"
+        assert run.state.message == f"analyst-1 failed at step 3: {error}"
+        logs = _logs(client, run.id, "analyst-1 failed at step 3")
+        assert any(m == f"analyst-1 failed at step 3: {error}" for m in logs), logs
+        assert any(m.startswith("analyst-1 step 2: request_plan_approval") for m in logs)
+        assert not any("Traceback" in m for m in logs)
+
+
+def test_the_demo_without_the_server_it_was_pointed_at_says_so_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    url = f"sqlite:///{tmp_path / 'teamflow.db'}"
+    db.upgrade(url)
+    env = {
+        **os.environ,
+        "TEAMFLOW_HOME": str(tmp_path),
+        "TEAMFLOW_DATABASE_URL": url,
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"teamflow: error: no Prefect server answers at http://127.0.0.1:{port}/api "
+        "(PREFECT_API_URL); start one with `teamflow up`, or unset PREFECT_API_URL to let "
+        "the demo start a temporary one"
+    ]
+    with Session(db.engine(url)) as s:
+        assert s.exec(select(TaskRow)).all() == []
+    assert not (tmp_path / "demo").exists()
