@@ -97,8 +97,9 @@ def test_blocked_tasks_start_by_themselves_or_fail_with_the_reason(
         # One run each for a, f (started here), b and the unassigned one (started by
         # their blockers' runs); none for c and d.
         assert len(runs) == 4, [r.name for r in runs]
-        assert all(r.state.is_completed() for r in runs)
-        assert {str(r.parameters["task_id"]) for r in runs} == {a, f, b, anyone}
+        # The failing member's run is Failed, as the Prefect UI should show it; the rest Completed.
+        states = {str(r.parameters["task_id"]): r.state.type.value for r in runs}
+        assert states == {a: "COMPLETED", f: "FAILED", b: "COMPLETED", anyone: "COMPLETED"}
         assert [get_task(t).status for t in (a, b, f)] == ["completed", "completed", "archived"]
         taken = get_task(anyone)
         assert len(taken.assignees) == 1 and taken.assignees[0].assignee_id in ("ok-1", "ok-2")
