@@ -344,8 +344,8 @@ def _runtime_in(metadata: dict[str, Any] | None) -> dict:
 
 
 def _meta_without_runtime(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
-    if not metadata or not isinstance(metadata.get(RUNTIME_KEY), dict):
-        return metadata
+    if not metadata or not _runtime_in(metadata):
+        return metadata  # an empty `runtime` stays where it was, so it is written back
     rest = {k: v for k, v in metadata.items() if k != RUNTIME_KEY}
     return rest or None
 

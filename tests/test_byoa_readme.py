@@ -37,9 +37,7 @@ def section_lines() -> list[str]:
 def test_the_section_builds_a_team_from_nothing_with_the_cli() -> None:
     lines = section_lines()
     assert any(line.startswith("teamflow up") for line in lines)
-    commands = [
-        line for line in lines if "teamflow " in line and not line.startswith("teamflow up")
-    ]
+    commands = [line for line in lines if not line.startswith(("export ", "teamflow up"))]
     assert commands[0].startswith("teamflow db upgrade")
     assert any("teamflow team create" in line for line in commands)
     assert any(
@@ -99,7 +97,7 @@ def test_the_section_runs_a_task_through_the_agent_and_a_worker(tmp_path: Path) 
                 assert args[0] == "teamflow", line
                 if args[1:3] == ["task", "show"]:
                     # The run is on the worker: wait until it has finished, as a user would.
-                    def ended() -> bool:
+                    def ended(args: list[str] = args) -> bool:
                         shown = teamflow([*args[1:], "--json"])
                         return json.loads(shown.stdout)["status"] in ("completed", "archived")
 
