@@ -269,3 +269,20 @@ def test_member_add_json_carries_the_runtime_in_metadata(env: dict[str, str], ki
         env, "member", "add", TEAM, "a-1", "--model", "haiku", "--prompt", "p", *options
     )
     assert member["metadata"]["runtime"]["kind"] == kind
+
+
+def test_every_runtime_kind_takes_the_members_own_keys() -> None:
+    from flows.runtimes.kinds import runtime_for, runtime_problem
+
+    member = {"tools": ["read_file"], "resources": [], "security_level": "user"}
+    configs = [
+        {"kind": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m"},
+        {"kind": "command", "argv": ["python3", "agent.py"]},
+        {"kind": "scripted", "playbook": [STEP]},
+    ]
+    for config in configs:
+        runtime_for({**config, **member})
+        assert runtime_problem({**config, **member}) is None
+    assert runtime_problem(member) == "it has no runtime"
+    assert runtime_problem({}) == "it has no runtime"
+    assert "unknown runtime kind" in runtime_problem({"kind": "telepathy"})

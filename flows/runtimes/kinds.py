@@ -40,8 +40,8 @@ KIND_KEYS = {
         "max_tokens", "json_mode", "instructions",
     ),
 }  # fmt: skip
-"""The keys of a runtime config that belong to its kind; the others (`tools`, `resources`,
-`security_level`, `tmux_socket`) are the member's whatever runtime runs it."""
+"""The keys of a runtime config that belong to its kind; the others
+(`flows.runtimes.MEMBER_KEYS`) are the member's, whatever runtime runs it."""
 
 
 def runtime_problem(config: dict[str, Any] | None) -> str | None:
