@@ -252,7 +252,9 @@ def test_importing_members_without_a_runtime_warns_which_cannot_run(
     assert result.stdout == f"imported team {TEAM}\n"
     (line,) = result.stderr.splitlines()
     lead = teams.list_teams()[0].lead
-    names = [m.name for m in teams.list_members(TEAM) if m.name != lead]
+    names = [m.name for m in teams.list_members(TEAM, active=True) if m.name != lead]
+    shut_down = [m.name for m in teams.list_members(TEAM) if not m.is_active]
+    assert shut_down and not any(f"{n}," in line or f"{n} " in line for n in shut_down)
     assert line.startswith(f"teamflow: warning: {', '.join(names)} cannot run tasks yet"), line
     assert f"teamflow member set {TEAM} NAME --runtime" in line
     assert lead not in line.split("cannot run")[0]
@@ -284,3 +286,30 @@ def test_every_runtime_kind_takes_the_members_own_keys() -> None:
     assert runtime_problem(member) == "it has no runtime"
     assert runtime_problem({}) == "it has no runtime"
     assert "unknown runtime kind" in runtime_problem({"kind": "telepathy"})
+
+
+def test_runtime_commands_do_not_import_prefect(env: dict[str, str]) -> None:
+    import subprocess
+    import sys
+
+    new_team(env)
+    commands = [
+        ["member", "add", TEAM, "analyst-1", "--model", "haiku", "--prompt", "p", *AGENT],
+        ["member", "set", TEAM, "analyst-1", "--timeout", "9"],
+        ["member", "show", TEAM, "analyst-1"],
+        ["task", "create", TEAM, "--title", "t", "--assignee", "analyst-1"],
+    ]
+    code = (
+        "import sys\n"
+        "from flows.cli import app\n"
+        f"for args in {commands!r}:\n"
+        "    try:\n"
+        "        app(args)\n"
+        "    except SystemExit as exc:\n"
+        "        assert not exc.code, (args, exc.code)\n"
+        "print(sorted(m for m in sys.modules if m == 'prefect' or m.startswith('prefect.')))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr

@@ -172,7 +172,8 @@ def team_import(
 
 
 def _warn_unrunnable(team_name: str) -> None:
-    """One warning line naming the members (not the lead) that have no runtime to run with."""
+    """One warning line naming the active members (not the lead) that have no runtime to run
+    with: tasks cannot be assigned to them until `teamflow member set` gives them one."""
     from flows.runtimes.kinds import runtime_problem
     from models import team
 
@@ -181,7 +182,7 @@ def _warn_unrunnable(team_name: str) -> None:
     names = [
         m.name
         for m in team.list_members(team_name)
-        if m.name != lead and runtime_problem(m.runtime) is not None
+        if m.name != lead and m.is_active and runtime_problem(m.runtime) is not None
     ]
     if names:
         typer.echo(
