@@ -21,17 +21,8 @@ AGENT = ["--runtime", "command", "--command", "python3 examples/echo_agent.py"]
 STEP = {"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True, "response": "done"}
 
 
-def new_team(env: dict[str, str]) -> None:
-    ok(
-        env,
-        "team",
-        "create",
-        TEAM,
-        "--description",
-        "Q4 sales analysis team",
-        "--lead",
-        "coordinator",
-    )
+def new_team(env: dict[str, str], lead: str = "coordinator") -> None:
+    ok(env, "team", "create", TEAM, "--description", "Q4 sales team", "--lead", lead)
 
 
 def add(env: dict[str, str], name: str, *runtime: str) -> None:
@@ -218,7 +209,8 @@ def test_a_member_that_cannot_run_is_refused_at_assignment_and_at_run(
 def test_the_runtime_travels_through_export_import_backup_restore(
     env: dict[str, str], home: Path, tmp_path: Path
 ) -> None:
-    new_team(env)
+    # An exported config.json names no lead (no `leadAgentId`): import takes `team-lead`.
+    new_team(env, lead="team-lead")
     add(env, "analyst-1", *AGENT, "--env", "MODE=short")
     add(env, "analyst-2", "--runtime", "openai", "--base-url", "https://api.example.org/v1",
         "--llm-model", "m-1", "--api-key-env", "EXAMPLE_KEY")  # fmt: skip
@@ -228,7 +220,7 @@ def test_the_runtime_travels_through_export_import_backup_restore(
     ok(env, "team", "export", TEAM, "--dir", str(out))
     exported = json.loads((out / "config.json").read_text())
     assert {m["name"]: m.get("metadata", {}).get("runtime") for m in exported["members"]} == {
-        "coordinator": None, **runtimes,
+        "team-lead": None, **runtimes,
     }  # fmt: skip
     ok(env, "team", "delete", TEAM, "--yes")
     result = teamflow(env, "team", "import", str(out))
