@@ -301,8 +301,9 @@ class Member(SQLModel, table=True):
             is_active=member.is_active,
             spawned_at=member.spawned_at,
             shutdown_at=member.shutdown_at,
-            meta=member.metadata,
+            meta=_meta_without_runtime(member.metadata),
             plan_mode_required=member.plan_mode_required,
+            runtime=_runtime_in(member.metadata),
             extra=dict(member.model_extra or {}),
         )
 
@@ -322,7 +323,7 @@ class Member(SQLModel, table=True):
         for key, value in (
             ("spawnedAt", self.spawned_at),
             ("shutdownAt", self.shutdown_at),
-            ("metadata", self.meta),
+            ("metadata", _meta_with_runtime(self.meta, self.runtime)),
             ("planModeRequired", self.plan_mode_required),
         ):
             if value is not None:
@@ -330,6 +331,29 @@ class Member(SQLModel, table=True):
         data.update(self.extra or {})
         # The row was validated against its team's allowed models when it was written.
         return TeamMember.model_validate(data, context={"allowed_models": (self.model,)})
+
+
+RUNTIME_KEY = "runtime"
+"""Where a member's runtime travels in `config.json`: its `metadata.runtime`, so `004`
+readers, which do not know it, keep reading the member as before."""
+
+
+def _runtime_in(metadata: dict[str, Any] | None) -> dict:
+    runtime = (metadata or {}).get(RUNTIME_KEY)
+    return dict(runtime) if isinstance(runtime, dict) else {}
+
+
+def _meta_without_runtime(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not metadata or not _runtime_in(metadata):
+        return metadata  # an empty `runtime` stays where it was, so it is written back
+    rest = {k: v for k, v in metadata.items() if k != RUNTIME_KEY}
+    return rest or None
+
+
+def _meta_with_runtime(meta: dict[str, Any] | None, runtime: dict | None) -> dict | None:
+    if not runtime:
+        return meta
+    return {**(meta or {}), RUNTIME_KEY: runtime}
 
 
 # --- the store -----------------------------------------------------------------------------
@@ -458,6 +482,46 @@ def set_member(team: str, name: str, *, session: Session | None = None, **change
         for key, value in changes.items():
             setattr(member, key, value)
         s.add(member)
+        mark(s, "config", (team,))
+        return member
+
+
+def update_member(
+    team: str,
+    name: str,
+    *,
+    model: str | None = None,
+    prompt: str | None = None,
+    plan_mode_required: bool | None = None,
+    runtime: dict | None = None,
+    session: Session | None = None,
+) -> Member:
+    """Changes a member's model, prompt, plan mode or runtime (None: unchanged).
+
+    The member is validated as a whole (the model against the team's allowed models) before
+    anything is written; `TeamError` says what is wrong.
+    """
+    with session_scope(session) as s:
+        team_row = get_team(s, team)
+        member = get_member(s, team, name)
+        data = member.to_wire().to_wire()
+        if model is not None:
+            data["model"] = model
+        if prompt is not None:
+            data["prompt"] = prompt
+        if plan_mode_required is not None:
+            data["planModeRequired"] = plan_mode_required
+        _validated_member(data, team_row)
+        if model is not None:
+            member.model = model
+        if prompt is not None:
+            member.prompt = prompt
+        if plan_mode_required is not None:
+            member.plan_mode_required = plan_mode_required
+        if runtime is not None:
+            member.runtime = runtime
+        s.add(member)
+        team_row.updated_at = utcnow()
         mark(s, "config", (team,))
         return member
 

@@ -15,6 +15,8 @@ README = Path(__file__).parent.parent / "README.md"
 def _commands() -> list[str]:
     section = README.read_text().split("## Using the CLI", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    # A command continued on the next line (`\` at the end) is one command.
+    block = re.sub(r"\\\n\s*", " ", block)
     return [line for line in block.splitlines() if line.startswith("teamflow ")]
 
 

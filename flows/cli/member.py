@@ -1,18 +1,115 @@
-"""`teamflow member`: team members: add, list, heartbeat, shutdown."""
+"""`teamflow member`: team members: add, set, show, list, heartbeat, shutdown."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from flows.cli.output import JsonFlag, emit, fail, start_run
 
-member_app = typer.Typer(help="Team members: add, list, heartbeat.", no_args_is_help=True)
+member_app = typer.Typer(
+    help="Team members: add, set, show, list, heartbeat, shutdown.", no_args_is_help=True
+)
+
+RT = "Runtime (how the member's agent runs)"
+
+RuntimeKind = Annotated[
+    str | None,
+    typer.Option(
+        "--runtime", help="command, openai or scripted: what runs the agent.", rich_help_panel=RT
+    ),
+]
+CommandOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--command",
+        help='command: the agent program and its arguments, e.g. "python3 my_agent.py" '
+        "(a step request JSON on stdin, a 002 Chimera response on stdout).",
+        rich_help_panel=RT,
+    ),
+]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout", help="command, openai: seconds a step may take (default 60).",
+        rich_help_panel=RT,
+    ),
+]  # fmt: skip
+EnvOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--env",
+        help="command: NAME=VALUE for the program's environment (repeat; no secrets: the "
+        "program inherits the worker's environment).",
+        rich_help_panel=RT,
+    ),
+]
+CwdOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cwd",
+        help="command: the folder it runs in (default: where --command was given).",
+        rich_help_panel=RT,
+    ),
+]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--base-url", help="openai: the endpoint, e.g. https://api.openai.com/v1.",
+        rich_help_panel=RT,
+    ),
+]  # fmt: skip
+LlmModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--llm-model", help="openai: the endpoint's model name (--model stays haiku/sonnet/opus).",
+        rich_help_panel=RT,
+    ),
+]  # fmt: skip
+KeyEnvOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key-env", help="openai: the environment variable holding the API key (its name).",
+        rich_help_panel=RT,
+    ),
+]  # fmt: skip
+KeySecretOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key-secret", help="openai: the Prefect Secret block holding the API key.",
+        rich_help_panel=RT,
+    ),
+]  # fmt: skip
+PlaybookOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--playbook", help="scripted: a playbook JSON file (read, checked and stored).",
+        rich_help_panel=RT,
+    ),
+]  # fmt: skip
+ToolOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--tool", help="A tool the member may use (repeat; default: every tool).",
+        rich_help_panel=RT,
+    ),
+]  # fmt: skip
 
 
 def _member_json(m) -> dict:
     return m.to_wire().to_wire()
+
+
+def _runtime(current, **given):
+    """The runtime config the options make (see `flows.cli.runtime_options`), or a refusal."""
+    from flows.cli.runtime_options import RuntimeOptionError, RuntimeOptions, build_runtime
+
+    try:
+        return build_runtime(current, RuntimeOptions(**given))
+    except RuntimeOptionError as exc:
+        fail(str(exc))
 
 
 @member_app.command("add")
@@ -38,19 +135,159 @@ def member_add(
     plan_mode: Annotated[
         bool, typer.Option("--plan-mode-required", help="Its plans need the lead's approval.")
     ] = False,
+    runtime: RuntimeKind = None,
+    command: CommandOpt = None,
+    timeout: TimeoutOpt = None,
+    env: EnvOpt = None,
+    cwd: CwdOpt = None,
+    base_url: BaseUrlOpt = None,
+    llm_model: LlmModelOpt = None,
+    api_key_env: KeyEnvOpt = None,
+    api_key_secret: KeySecretOpt = None,
+    playbook: PlaybookOpt = None,
+    tools: ToolOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Adds a member to a team (agentId name@team, active, with an initial system message)."""
+    """Adds a member to a team (agentId name@team, active, with an initial system message).
+
+    A member runs tasks only with a runtime: `--runtime command --command "..."`,
+    `--runtime openai --base-url URL --llm-model NAME` or `--runtime scripted --playbook FILE`
+    (or later, `teamflow member set`).
+    """
     from models import membership
 
+    config = _runtime(
+        None, kind=runtime, command=command, timeout=timeout, env=env, cwd=cwd,
+        base_url=base_url, llm_model=llm_model, api_key_env=api_key_env,
+        api_key_secret=api_key_secret, playbook=playbook, tools=tools,
+    )  # fmt: skip
     member = membership.add_member(
         team_name, name, model=model, prompt=prompt, agent_type=agent_type, backend=backend,
-        color=color, tmux_pane_id=pane, plan_mode_required=plan_mode or None,
+        color=color, tmux_pane_id=pane, plan_mode_required=plan_mode or None, runtime=config,
     )  # fmt: skip
     if as_json:
         emit(_member_json(member))
     else:
         typer.echo(f"added {member.agent_id} ({member.model}, {member.color})")
+
+
+@member_app.command("set")
+def member_set(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    name: str,
+    model: Annotated[
+        str | None, typer.Option("--model", help="haiku, sonnet, opus, or one the team allows.")
+    ] = None,
+    prompt: Annotated[
+        str | None, typer.Option("--prompt", help="The member's system prompt.")
+    ] = None,
+    plan_mode: Annotated[
+        bool | None,
+        typer.Option(
+            "--plan-mode-required/--no-plan-mode-required",
+            help="Whether its plans need the lead's approval.",
+            show_default=False,
+        ),
+    ] = None,
+    runtime: RuntimeKind = None,
+    command: CommandOpt = None,
+    timeout: TimeoutOpt = None,
+    env: EnvOpt = None,
+    cwd: CwdOpt = None,
+    base_url: BaseUrlOpt = None,
+    llm_model: LlmModelOpt = None,
+    api_key_env: KeyEnvOpt = None,
+    api_key_secret: KeySecretOpt = None,
+    playbook: PlaybookOpt = None,
+    tools: ToolOpt = None,
+    all_tools: Annotated[
+        bool,
+        typer.Option("--all-tools", help="The member may use every tool.", rich_help_panel=RT),
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Changes a member: its model, prompt, plan mode, tools or runtime.
+
+    Only what is given changes. `--runtime` of another kind starts that kind's settings
+    afresh; without it the options change the member's current runtime. `--env` replaces
+    the whole environment given before.
+    """
+    from models import team as teams
+
+    current = teams.list_members(team_name)  # the team must exist
+    row = next((m for m in current if m.name == name), None)
+    if row is None:
+        fail(f"team {team_name!r} has no member named {name!r}")
+    config = _runtime(
+        row.runtime, kind=runtime, command=command, timeout=timeout, env=env, cwd=cwd,
+        base_url=base_url, llm_model=llm_model, api_key_env=api_key_env,
+        api_key_secret=api_key_secret, playbook=playbook, tools=tools, all_tools=all_tools,
+    )  # fmt: skip
+    changed = teams.update_member(
+        team_name, name, model=model, prompt=prompt, plan_mode_required=plan_mode,
+        runtime=config if config != (row.runtime or {}) else None,
+    )  # fmt: skip
+    if as_json:
+        emit(_show_json(changed))
+    else:
+        typer.echo(f"updated {changed.agent_id}")
+
+
+def _show_json(m) -> dict:
+    from flows.runtimes.kinds import runtime_problem
+
+    problem = runtime_problem(m.runtime)
+    return {
+        "agentId": m.agent_id,
+        "team": m.team,
+        "name": m.name,
+        "model": m.model,
+        "prompt": m.prompt,
+        "color": m.color,
+        "isActive": m.is_active,
+        "planModeRequired": bool(m.plan_mode_required),
+        "tools": (m.runtime or {}).get("tools"),
+        "runtime": m.runtime or {},
+        "canRun": problem is None,
+        "problem": problem,
+    }
+
+
+@member_app.command("show")
+def member_show(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    name: str,
+    as_json: JsonFlag = False,
+) -> None:
+    """Shows a member: model, prompt, plan mode, tools and runtime (never a secret: teamflow
+    stores only the name of the variable or Secret block that holds an API key)."""
+    from flows.cli.runtime_options import SET_HINT, describe
+    from models import team as teams
+
+    found = [m for m in teams.list_members(team_name) if m.name == name]
+    if not found:
+        fail(f"team {team_name!r} has no member named {name!r}")
+    data = _show_json(found[0])
+    if as_json:
+        emit(data)
+        return
+    state = "active" if data["isActive"] else "shut down"
+    tools = ", ".join(data["tools"]) if data["tools"] is not None else "all"
+    lines = [
+        ("member", f"{data['agentId']} ({state})"),
+        ("model", data["model"]),
+        ("prompt", data["prompt"]),
+        ("plan_mode", "required" if data["planModeRequired"] else "no"),
+        ("tools", tools),
+        *describe(data["runtime"]),
+    ]
+    if data["canRun"]:
+        lines.append(("can_run", "yes"))
+    else:
+        hint = SET_HINT.format(team=team_name, name=name)
+        lines.append(("can_run", f"no: {data['problem']}; set one with {hint}"))
+    for label, value in lines:
+        typer.echo(f"{label:<12} {value}")
 
 
 @member_app.command("list")

@@ -32,6 +32,24 @@ def _blockers(rows) -> dict:
         return blockers_of(s, [r.id for r in rows])
 
 
+def _refuse_unrunnable(team: str, names: list[str]) -> None:
+    """One line and exit 1 when an assignee has no runtime it can run with (before any run
+    starts, so a task never fails at its first step for want of one)."""
+    from flows.cli.runtime_options import SET_HINT
+    from flows.runtimes.kinds import runtime_problem
+    from models import team as teams
+
+    members = {m.name: m for m in teams.list_members(team)}
+    for name in names:
+        member = members.get(name)
+        if member is None:
+            continue  # the store names the unknown member
+        problem = runtime_problem(member.runtime)
+        if problem is not None:
+            hint = SET_HINT.format(team=team, name=name)
+            fail(f"member {name} of {team} cannot run tasks: {problem}; set one with {hint}")
+
+
 @task_app.command("create")
 def task_create(
     team_name: Annotated[str, typer.Argument(metavar="TEAM")],
@@ -84,6 +102,7 @@ def task_create(
             fail(f"--params is not valid JSON: {exc.msg} at column {exc.colno}")
         if not isinstance(extra, dict):
             fail("--params must be a JSON object")
+    _refuse_unrunnable(team_name, assignees or [])
     # One transaction: a refused blocker leaves nothing written.
     with session_scope() as s:
         row = create_task(
@@ -164,6 +183,7 @@ def task_run(
     from models.task import get_task
 
     row = get_task(task_id)
+    _refuse_unrunnable(row.team, [a.assignee_id for a in row.assignees])
     _check_startable(row)
     if local:
         import asyncio

@@ -180,6 +180,28 @@ def team_import(
         emit({"team": row.name})
     else:
         typer.echo(f"imported team {row.name}")
+    _warn_unrunnable(row.name)
+
+
+def _warn_unrunnable(team_name: str) -> None:
+    """One warning line naming the active members (not the lead) that have no runtime to run
+    with: tasks cannot be assigned to them until `teamflow member set` gives them one."""
+    from flows.runtimes.kinds import runtime_problem
+    from models import team
+
+    lead = team.list_teams()
+    lead = next((t.lead for t in lead if t.name == team_name), None)
+    names = [
+        m.name
+        for m in team.list_members(team_name)
+        if m.name != lead and m.is_active and runtime_problem(m.runtime) is not None
+    ]
+    if names:
+        typer.echo(
+            f"teamflow: warning: {', '.join(names)} cannot run tasks yet (no usable runtime); "
+            f"set one with teamflow member set {team_name} NAME --runtime ...",
+            err=True,
+        )
 
 
 @team_app.command("export")

@@ -35,6 +35,7 @@ from models.base import utcnow
 from models.tool import ToolDefinition, ToolResult
 
 __all__ = [
+    "MEMBER_KEYS",
     "TOOL_USER_PREFIX",
     "AgentRuntime",
     "ResultPending",
@@ -46,6 +47,10 @@ __all__ = [
     "tool_result_message",
     "tool_results",
 ]
+
+MEMBER_KEYS = frozenset({"tools", "resources", "security_level", "tmux_socket"})
+"""Keys of a member's runtime config that are the member's, whatever runtime kind runs it
+(the tools it may use, its resources, its clearance, its tmux socket): no runtime refuses them."""
 
 TOOL_USER_PREFIX = "tool:"
 """The `userid` of a `003` user message that carries a tool result: `tool:{tool_name}`."""

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from flows.runtimes import StepError, StepRequest, StepResult, parse_chimera
+from flows.runtimes import MEMBER_KEYS, StepError, StepRequest, StepResult, parse_chimera
 from models.agent import ConversationRole
 
 DEFAULT_TIMEOUT = 60.0
@@ -80,7 +80,7 @@ class OpenAIRuntime:
                 '("api_key_env") or a Prefect Secret block ("api_key_secret")'
             )
         known = {f for f in cls.__dataclass_fields__ if f != "base_url"}
-        unknown = sorted(set(config) - known - {"kind", "base_url"})
+        unknown = sorted(set(config) - known - {"kind", "base_url"} - MEMBER_KEYS)
         if unknown:
             raise ValueError(f"openai runtime does not know {', '.join(unknown)}")
         timeout = config.get("timeout", DEFAULT_TIMEOUT)

@@ -99,8 +99,9 @@ class ScriptedRuntime:
         not arrived yet."""
         if not self.playbook:
             raise StepError(
-                f"member {request.agent_id} has no playbook: set its runtime to "
-                '{"kind": "scripted", "playbook": [...]} or another runtime kind'
+                f"member {request.agent_id} has no playbook: set its runtime with "
+                f"teamflow member set {request.team} {request.member} --runtime ... "
+                "(command, openai, or scripted --playbook FILE)"
             )
         number = request.steps_taken
         if self.on_denial is not None:
