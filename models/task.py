@@ -341,6 +341,7 @@ class TaskMetricsRow(SQLModel, table=True):
     __tablename__ = "task_metrics"
     __table_args__ = (
         sa.Index("ix_task_metrics_team_member_started_at", "team", "member", "started_at"),
+        sa.Index("ix_task_metrics_team_started_at", "team", "started_at"),  # models/metrics.py
     )
 
     id: int | None = SQLField(default=None, primary_key=True)
@@ -367,6 +368,16 @@ class TaskMetricsRow(SQLModel, table=True):
         default=0.0,
         sa_column=sa.Column(sa.Float, nullable=False, server_default="0"),
         description="Seconds spent waiting for plan approvals",
+    )
+    ok: bool | None = SQLField(
+        default=None,
+        sa_column=sa.Column(sa.Boolean),
+        description="Whether the member's execution succeeded (None: not recorded)",
+    )
+    tool_failures: int = SQLField(
+        default=0,
+        sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"),
+        description="Tool calls that ended in a failure",
     )
 
 
