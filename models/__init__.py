@@ -12,5 +12,6 @@ checks that no import, lazy ones included, closes a circle):
 7. `approval`, `shutdown`, `alert`, `status`
 8. `presence` (team state, heartbeats), `tables` (every table on one metadata; a team's rows)
 9. `membership` (new teams and members, with their inboxes; deleting teams)
-10. `backup`; `formats` (imports its models by name when it validates, none statically)
+10. `backup`; `formats` (imports its models by name when it validates, none statically);
+    `metrics` (the metric queries: pandas DataFrames, pandas imported lazily)
 """
