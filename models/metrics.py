@@ -79,11 +79,26 @@ def check_team(team: str, *, url: str | None = None) -> None:
 
 
 def _frame(stmt: sa.Select, url: str | None) -> pd.DataFrame:
+    """The rows of `stmt` as the database driver gives them, built column by column.
+
+    The DBAPI cursor is read directly: SQLAlchemy's per-value result processing (and pandas
+    probing each Row) cost more than the query at 100,000 rows. So timestamps come back as the
+    driver has them (`_raw` + `_utc`) and SQLite booleans as 0/1 (`_bool`)."""
     import pandas as pd
 
     with db.engine(url).connect() as conn:
         result = conn.execute(stmt)
-        return pd.DataFrame(result.all(), columns=list(result.keys()))
+        keys = list(result.keys())
+        rows = result.cursor.fetchall()
+        result.close()
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(keys)
+    return pd.DataFrame({key: list(values) for key, values in zip(keys, columns, strict=True)})
+
+
+def _raw(column: Any, name: str | None = None) -> Any:
+    """A timestamp as the database gives it (SQLite: text), for `_utc` to convert all at once:
+    much faster than converting each value in Python."""
+    return sa.type_coerce(column, sa.String).label(name or column.key)
 
 
 def _where(stmt: sa.Select, table: Any, team: str | None, start: datetime | None, column: Any):
@@ -118,11 +133,17 @@ def _quantiles(values: pd.DataFrame, keys: list[str], column: str, prefix: str) 
     )
 
 
+def _bool(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    for column in columns:
+        frame[column] = frame[column].map({1: True, 0: False}).astype("boolean")
+    return frame
+
+
 def _utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
     import pandas as pd
 
     for column in columns:
-        frame[column] = pd.to_datetime(frame[column], utc=True)
+        frame[column] = pd.to_datetime(frame[column], utc=True, format="ISO8601")
     return frame
 
 
@@ -188,14 +209,21 @@ def executions(team: str | None, since: Since = None, *, url: str | None = None)
     duration_s, tokens, ok (for duration histograms and per-execution plots)."""
     stmt = _where(
         sa.select(
-            M.team, M.member, M.task_id, M.started_at, M.ended_at, M.duration_s, M.tokens, M.ok
+            M.team,
+            M.member,
+            M.task_id,
+            _raw(M.started_at),
+            _raw(M.ended_at),
+            M.duration_s,
+            M.tokens,
+            M.ok,
         ).order_by(M.started_at),
         M,
         team,
         window_start(since),
         M.started_at,
     )
-    return _utc(_frame(stmt, url), "started_at", "ended_at")
+    return _bool(_utc(_frame(stmt, url), "started_at", "ended_at"), "ok")
 
 
 def work_over_time(
@@ -267,7 +295,7 @@ def member_status(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     S = TaskStatusRow
     stmt = sa.select(
         S.team, S.member, S.status, S.tasks_completed, S.tokens_used, S.avg_response_time,
-        S.last_active_at, S.error_message,
+        _raw(S.last_active_at), S.error_message,
     ).order_by(S.team, S.member)  # fmt: skip
     if team is not None:
         stmt = stmt.where(S.team == team)
@@ -286,7 +314,7 @@ def approvals(team: str | None, since: Since = None, *, url: str | None = None) 
     stmt = _where(
         sa.select(
             P.team, P.request_id, P.member, P.status, P.revision, P.timeout_policy,
-            P.requested_at, P.decided_at, P.decided_by,
+            _raw(P.requested_at), _raw(P.decided_at), P.decided_by,
             P.escalated_at.is_not(None).label("escalated"),
             sa.and_(P.decided_by == SYSTEM, P.cause.like(TIMEOUT_CAUSE)).label("timed_out"),
         ).order_by(P.requested_at),
@@ -394,7 +422,7 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
         I.team,
         I.recipient.label("member"),
         sa.func.count().label("unread"),
-        sa.func.min(I.timestamp).label("oldest_unread_at"),
+        _raw(sa.func.min(I.timestamp), "oldest_unread_at"),
     ).where(I.read == sa.false())
     if team is not None:
         stmt = stmt.where(I.team == team)
@@ -405,7 +433,9 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     everyone = _frame(members, url)
     frame = everyone.merge(unread, on=["team", "member"], how="outer")
     frame["unread"] = frame["unread"].fillna(0).astype(int)
-    frame["oldest_unread_at"] = pd.to_datetime(frame["oldest_unread_at"], utc=True)
+    frame["oldest_unread_at"] = pd.to_datetime(
+        frame["oldest_unread_at"], utc=True, format="ISO8601"
+    )
     return frame.sort_values(["team", "member"], ignore_index=True)
 
 
