@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -92,7 +93,17 @@ def _frame(stmt: sa.Select, url: str | None) -> pd.DataFrame:
         rows = result.cursor.fetchall()
         result.close()
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(keys)
-    return pd.DataFrame({key: list(values) for key, values in zip(keys, columns, strict=True)})
+    frame = pd.DataFrame({key: list(values) for key, values in zip(keys, columns, strict=True)})
+    for key, values in zip(keys, columns, strict=True):
+        if any(isinstance(v, Decimal) for v in values[:1]):  # PostgreSQL's sum of a bigint
+            frame[key] = pd.to_numeric(frame[key].map(_number))
+    return frame
+
+
+def _number(value: Decimal | None) -> int | float | None:
+    if value is None:
+        return None
+    return int(value) if value == value.to_integral_value() else float(value)
 
 
 def _raw(column: Any, name: str | None = None) -> Any:
@@ -322,7 +333,7 @@ def approvals(team: str | None, since: Since = None, *, url: str | None = None) 
     )  # fmt: skip
     frame = _utc(_frame(stmt, url), "requested_at", "decided_at")
     frame["escalated"] = frame["escalated"].astype(bool)
-    frame["timed_out"] = frame["timed_out"].fillna(False).astype(bool)
+    frame["timed_out"] = frame["timed_out"].fillna(0).astype(bool)
     frame["wait_s"] = (frame["decided_at"] - frame["requested_at"]).dt.total_seconds()
     return frame
 
