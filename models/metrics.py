@@ -6,7 +6,8 @@ timedelta back from now, or None for all history), and returns a pandas DataFram
 (the `notebooks` extra) is imported inside the functions, so `models` imports without it.
 Counting and summing happen in SQL; only percentiles need the values themselves, and those
 queries fetch one float column per row. The indexes they use come with migration
-`20261123_0007` (`task_metrics (team, started_at)`, `plan_approvals (team, requested_at)`);
+`20261123_0007` (`ix_task_metrics_metrics`, covering, and `plan_approvals (team,
+requested_at)`);
 unread counts use `ix_inbox_messages_unread`.
 
 Sources: `task_metrics` (one row per member per task execution: duration, tokens, steps,
@@ -189,17 +190,8 @@ def member_work(team: str | None, since: Since = None, *, url: str | None = None
         M.started_at,
     )
     frame = _frame(sums, url).set_index(keys)
-    durations = _frame(
-        _where(
-            sa.select(M.team, M.member, M.duration_s).where(M.duration_s.is_not(None)),
-            M,
-            team,
-            start,
-            M.started_at,
-        ),
-        url,
-    )
-    frame = frame.join(_quantiles(durations, keys, "duration_s", "duration_s"), how="left")
+    quantiles = _duration_quantiles(team, start, url)
+    frame = frame.join(quantiles, how="left") if not frame.empty else frame
     for column in ("p50_duration_s", "p95_duration_s", "max_duration_s"):
         if column not in frame:
             frame[column] = float("nan")
@@ -213,6 +205,55 @@ def member_work(team: str | None, since: Since = None, *, url: str | None = None
             "tool_calls", "tool_failures", "tool_failure_rate", "approval_wait_s",
         ]
     ].sort_values(keys, ignore_index=True)  # fmt: skip
+
+
+QUANTILES = {"p50": 0.5, "p95": 0.95, "max": 1.0}
+
+
+def _duration_quantiles(team: str | None, start: datetime | None, url: str | None):
+    """Per (team, member): p50, p95 and max of `duration_s`, interpolated linearly between
+    ranks as pandas and `statistics.quantiles(method="inclusive")` do. The database ranks
+    the values (a window function) and returns only the rows around each quantile's rank,
+    not every duration."""
+    import pandas as pd
+
+    rank = sa.func.row_number().over(partition_by=(M.team, M.member), order_by=M.duration_s) - 1
+    count = sa.func.count().over(partition_by=(M.team, M.member))
+    ranked = _where(
+        sa.select(
+            M.team, M.member, M.duration_s, rank.label("i"), count.label("n")
+        ).where(M.duration_s.is_not(None)),
+        M, team, start, M.started_at,
+    ).subquery()  # fmt: skip
+    postgres = db.engine(url).dialect.name == "postgresql"
+    wanted = []
+    for q in QUANTILES.values():
+        position = (ranked.c.n - 1) * q
+        low = sa.func.floor(position) if postgres else sa.cast(position, sa.Integer)
+        wanted.append(ranked.c.i.between(low, low + 1))
+    rows = _frame(
+        sa.select(
+            ranked.c.team, ranked.c.member, ranked.c.i, ranked.c.n, ranked.c.duration_s
+        ).where(sa.or_(*wanted)),
+        url,
+    )
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for (team_name, member), group in rows.groupby(["team", "member"], sort=False):
+        values = dict(zip(group["i"].astype(int), group["duration_s"].astype(float), strict=True))
+        n = int(group["n"].iloc[0])
+        figures = {}
+        for name, q in QUANTILES.items():
+            position = (n - 1) * q
+            low = int(position)
+            value = values[low]
+            if low + 1 < n and position > low:
+                value += (values[low + 1] - value) * (position - low)
+            figures[f"{name}_duration_s"] = value
+        out[(team_name, member)] = figures
+    columns = [f"{name}_duration_s" for name in QUANTILES]
+    frame = pd.DataFrame.from_dict(out, orient="index", columns=columns)
+    frame.index = pd.MultiIndex.from_tuples(list(out), names=["team", "member"])
+    return frame
 
 
 def executions(team: str | None, since: Since = None, *, url: str | None = None) -> pd.DataFrame:

@@ -341,7 +341,23 @@ class TaskMetricsRow(SQLModel, table=True):
     __tablename__ = "task_metrics"
     __table_args__ = (
         sa.Index("ix_task_metrics_team_member_started_at", "team", "member", "started_at"),
-        sa.Index("ix_task_metrics_team_started_at", "team", "started_at"),  # models/metrics.py
+        # models/metrics.py: a team's rows (per member, since a time) read from the index
+        # alone: every column the metrics sum, so no row of the table is visited.
+        sa.Index(
+            "ix_task_metrics_metrics",
+            "team",
+            "member",
+            "started_at",
+            "task_id",
+            "ended_at",
+            "duration_s",
+            "tokens",
+            "steps",
+            "tool_calls",
+            "tool_failures",
+            "approval_wait_s",
+            "ok",
+        ),
     )
 
     id: int | None = SQLField(default=None, primary_key=True)
