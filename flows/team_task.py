@@ -112,6 +112,7 @@ class Work:
     steps: int = 0
     tokens: int = 0
     tool_calls: int = 0
+    tool_failures: int = 0
     approval_wait_s: float = 0.0
     response: str | None = None
     plan_approved: bool = False
@@ -633,11 +634,13 @@ async def _execute(
                 )  # fmt: skip
                 work.pending.add(runner)
                 runner.add_done_callback(work.pending.discard)
+                runner.add_done_callback(lambda done: _count_failure(work, done))
                 actions.append(action.model_copy(update={"task_id": task_id}))
                 started_async = True
                 continue
             outcome = await run_tool(action.action, dict(action.params), team, name, resources)
             results.append(ToolResult.model_validate(outcome["result"]))
+            _count_failure(work, outcome["result"])
             work.feedback_id = outcome["feedback_id"] or work.feedback_id
             actions.append(action)
             continue
@@ -655,6 +658,17 @@ async def _execute(
         update["status"] = "TASK_STARTED"
     recorded = ChimeraResponse.model_validate({**response.to_wire(), **_wire(update)})
     return recorded, stop, results
+
+
+def _count_failure(work: Work, result: dict[str, Any] | asyncio.Task) -> None:
+    """Counts a tool call that failed (its result, or the task that ran it) in `work`."""
+    if isinstance(result, asyncio.Task):
+        failed = result.cancelled() or result.exception() is not None
+        result = {} if failed else result.result()
+    else:
+        failed = False
+    if failed or result.get("status") != "SUCCESS":
+        work.tool_failures += 1
 
 
 def _scope_refusal(
@@ -771,6 +785,8 @@ def record_execution(info: dict[str, Any], work: Work, session: Any) -> None:
             steps=work.steps,
             tool_calls=work.tool_calls,
             approval_wait_s=work.approval_wait_s,
+            ok=work.ok,
+            tool_failures=work.tool_failures,
         ),
         session=session,
     )

@@ -14,5 +14,6 @@ checks that no import, lazy ones included, closes a circle):
 9. `watchdog` (alarms once per condition: members offline, deadlines, dead runs)
 10. `tables` (every table on one metadata; a team's rows)
 11. `membership` (new teams and members, with their inboxes; deleting teams)
-12. `backup`; `formats` (imports its models by name when it validates, none statically)
+12. `backup`; `formats` (imports its models by name when it validates, none statically);
+    `metrics` (the metric queries: pandas DataFrames, pandas imported lazily)
 """

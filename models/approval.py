@@ -54,6 +54,7 @@ class PlanApproval(SQLModel, table=True):
     __tablename__ = "plan_approvals"
     __table_args__ = (
         sa.Index("ix_plan_approvals_team_status", "team", "status"),
+        sa.Index("ix_plan_approvals_team_requested_at", "team", "requested_at"),  # metrics
         # One revision per denied plan: the database refuses a second one.
         sa.UniqueConstraint("previous_request_id", name="uq_plan_approvals_previous_request_id"),
     )

@@ -357,6 +357,23 @@ class TaskMetricsRow(SQLModel, table=True):
     __tablename__ = "task_metrics"
     __table_args__ = (
         sa.Index("ix_task_metrics_team_member_started_at", "team", "member", "started_at"),
+        # models/metrics.py: a team's rows (per member, since a time) read from the index
+        # alone: every column the metrics sum, so no row of the table is visited.
+        sa.Index(
+            "ix_task_metrics_metrics",
+            "team",
+            "member",
+            "started_at",
+            "task_id",
+            "ended_at",
+            "duration_s",
+            "tokens",
+            "steps",
+            "tool_calls",
+            "tool_failures",
+            "approval_wait_s",
+            "ok",
+        ),
     )
 
     id: int | None = SQLField(default=None, primary_key=True)
@@ -383,6 +400,16 @@ class TaskMetricsRow(SQLModel, table=True):
         default=0.0,
         sa_column=sa.Column(sa.Float, nullable=False, server_default="0"),
         description="Seconds spent waiting for plan approvals",
+    )
+    ok: bool | None = SQLField(
+        default=None,
+        sa_column=sa.Column(sa.Boolean),
+        description="Whether the member's execution succeeded (None: not recorded)",
+    )
+    tool_failures: int = SQLField(
+        default=0,
+        sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"),
+        description="Tool calls that ended in a failure",
     )
 
 

@@ -1,10 +1,13 @@
 """The metrics notebooks, executed as `jupyter execute` runs them (a real kernel), against a
-real database that teamflow's stores filled; their figures are checked against values worked
-out here from what was stored."""
+real database that teamflow's stores filled, one the demo filled, and a generated larger
+history; their figures are checked against values worked out here from what was stored (or
+from `models.metrics`), and each executed notebook holds its plots as `image/png`."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import statistics
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -15,7 +18,8 @@ import pytest
 from freezegun import freeze_time
 from nbclient import NotebookClient
 
-from models import approval, inbox, membership
+from models import approval, db, inbox, membership
+from models import metrics as m
 from models.task import (
     ExecutionStatus,
     TaskMetricsRow,
@@ -32,12 +36,16 @@ TEAM = "q4-team"
 T0 = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
 
 
-def execute(path: Path, team: str | None) -> nbformat.NotebookNode:
-    """Runs the notebook with its `parameters` cell set to `TEAM = team`."""
+BY_NAME = {p.name: p for p in NOTEBOOKS}
+
+
+def execute(path: Path, team: str | None, since: str | None = None) -> nbformat.NotebookNode:
+    """Runs the notebook with its `parameters` cell set to `TEAM = team`, `SINCE = since`."""
     notebook = nbformat.read(path, as_version=4)
+    assert all(not c.get("outputs") for c in notebook.cells), f"{path.name} has outputs"
     parameters = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1, f"{path.name} needs one cell tagged `parameters`"
-    parameters[0].source = f"TEAM = {team!r}"
+    parameters[0].source = f"TEAM = {team!r}\nSINCE = {since!r}"
     NotebookClient(
         notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
     ).execute()
@@ -49,14 +57,29 @@ def summary_of(notebook: nbformat.NotebookNode) -> dict:
     return json.loads(cell.outputs[0]["text"])
 
 
-def test_there_is_a_metrics_notebook() -> None:
-    assert "team_metrics.ipynb" in [p.name for p in NOTEBOOKS]
+def plots_of(notebook: nbformat.NotebookNode) -> int:
+    """How many `image/png` outputs the executed notebook holds."""
+    return sum(
+        "image/png" in output.get("data", {})
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        for output in cell.outputs
+    )
+
+
+def test_there_are_the_metrics_notebooks() -> None:
+    assert {"team_metrics.ipynb", "approvals.ipynb"} <= set(BY_NAME)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_every_notebook_runs_on_an_empty_database(path: Path, db_url: str, home: Path) -> None:
-    summary = summary_of(execute(path, None))
-    assert summary["members"] == [] and summary["tasks_by_status"] == []
+    notebook = execute(path, None)
+    summary = summary_of(notebook)
+    assert plots_of(notebook) >= 4  # empty plots that say so
+    if path.name == "team_metrics.ipynb":
+        assert summary["members"] == [] and summary["tasks_by_status"] == []
+    else:
+        assert summary["requests"] == 0 and summary["outcomes"] == []
 
 
 def _metrics(member: str, task_id: uuid.UUID, seconds: float, **counts: int) -> None:
@@ -98,7 +121,9 @@ def test_team_metrics_shows_what_teamflow_recorded(db_url: str, home: Path) -> N
         approval.decide(approved.request_id, approve=True, decider="coordinator")
     inbox.send(TEAM, to="analyst-2", sender="coordinator", text="Any news?")
 
-    summary = summary_of(execute(NOTEBOOKS[0], TEAM))
+    notebook = execute(BY_NAME["team_metrics.ipynb"], TEAM)
+    assert plots_of(notebook) >= 4
+    summary = summary_of(notebook)
     assert summary["team"] == TEAM
 
     members = {m["member"]: m for m in summary["members"]}
@@ -130,11 +155,146 @@ def test_team_metrics_shows_what_teamflow_recorded(db_url: str, home: Path) -> N
                                  "p50_wait_s": 90.0}  # fmt: skip
     assert (plans["pending"]["requests"], plans["pending"]["p50_wait_s"]) == (1, None)
 
-    unread = {u["recipient"]: u["unread"] for u in summary["unread"]}
+    unread = {u["member"]: u["unread"] for u in summary["unread"]}
     for name in ("coordinator", "analyst-1", "analyst-2"):
         assert unread.get(name, 0) == inbox.unread_count(TEAM, name)
     assert unread["analyst-2"] >= 2  # the plan's response and the lead's question
 
-    everyone = summary_of(execute(NOTEBOOKS[0], None))
+    everyone = summary_of(execute(BY_NAME["team_metrics.ipynb"], None))
     assert {m["team"] for m in everyone["members"]} == {TEAM}  # other-team has no metrics
     assert {t["team"] for t in everyone["tasks_by_status"]} == {TEAM, "other-team"}
+
+
+def test_approvals_shows_waits_outcomes_revisions_and_timeouts(db_url: str, home: Path) -> None:
+    membership.create_team(TEAM, description="Q4 sales analysis", lead="coordinator")
+    for name in ("analyst-1", "analyst-2"):
+        membership.add_member(TEAM, name, model="haiku", prompt=f"You are {name}.")
+    with freeze_time(T0) as clock:
+        first = approval.request_plan(TEAM, "analyst-1", "Chart it", "Plan")
+        timed = approval.request_plan(TEAM, "analyst-2", "Map it", "Plan", timeout=60)
+        clock.tick(45)
+        approval.decide(first.request_id, approve=False, decider="coordinator", feedback="no")
+        second = approval.request_plan(
+            TEAM, "analyst-1", "Chart it better", "Plan", previous_request_id=first.request_id
+        )
+        clock.tick(30)
+        approval.apply_timeout(timed.request_id)
+        approval.decide(second.request_id, approve=True, decider="coordinator")
+
+    notebook = execute(BY_NAME["approvals.ipynb"], TEAM)
+    assert plots_of(notebook) >= 5
+    summary = summary_of(notebook)
+    assert summary["requests"] == 3
+    waits = {w["member"]: w for w in summary["waits"]}
+    assert waits["analyst-1"]["requests"] == 2
+    assert waits["analyst-1"]["p50_wait_s"] == statistics.median([45.0, 30.0])
+    assert waits["analyst-2"]["max_wait_s"] == 75.0
+    outcomes = {o["status"]: o["requests"] for o in summary["outcomes"]}
+    assert outcomes == {"approved": 1, "denied": 2}
+    deciders = {(d["decided_by"], d["status"]): d["requests"] for d in summary["deciders"]}
+    assert deciders == {("coordinator", "approved"): 1, ("coordinator", "denied"): 1,
+                        ("system", "denied"): 1}  # fmt: skip
+    assert {(r["revision"], r["status"]) for r in summary["revisions"]} == {
+        (1, "denied"), (2, "approved"),
+    }  # fmt: skip
+    (deny,) = summary["timeouts"]
+    assert (deny["timeout_policy"], deny["requests"], deny["timed_out"]) == ("deny", 3, 1)
+
+
+# --- the demo's database, and a larger generated history -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_db(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A database the demo filled (`teamflow demo`'s run, once for the module)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    from flows import demo
+
+    home = tmp_path_factory.mktemp("demo-home")
+    env = {
+        "TEAMFLOW_HOME": str(home),
+        "TEAMFLOW_DATABASE_URL": f"sqlite:///{home / 'teamflow.db'}",
+        "PREFECT_API_URL": "",
+    }
+    patch = pytest.MonkeyPatch()
+    for key, value in env.items():
+        patch.setenv(key, value)
+    try:
+        with prefect_test_harness(server_startup_timeout=120):
+            demo.run(echo=lambda _line: None)
+    finally:
+        db.dispose_engines()
+        patch.undo()
+    return env
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebooks_on_the_demo_database(
+    path: Path, demo_db: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in demo_db.items():
+        monkeypatch.setenv(key, value)
+    from flows.demo import TEAM as team
+
+    notebook = execute(path, team)
+    assert plots_of(notebook) >= 5
+    summary = summary_of(notebook)
+    if path.name == "team_metrics.ipynb":
+        expected = m.member_work(team)
+        assert len(summary["members"]) == len(expected) == 2  # the demo's two analysts
+        assert {r["member"]: r["tokens"] for r in summary["members"]} == dict(
+            zip(expected["member"], expected["tokens"].astype(int), strict=True)
+        )
+        assert all(r["done"] == r["tasks"] and r["failed"] == 0 for r in summary["members"])
+    else:
+        assert summary["requests"] == len(m.approvals(team))
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("bench_metrics", ROOT / "benchmarks/metrics.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def history_db(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """A larger generated history (benchmarks/metrics.py at 1/100 scale: 10,000 task
+    metrics and messages, 1,000 plans over 90 days, two teams)."""
+    home = tmp_path_factory.mktemp("history-home")
+    env = {
+        "TEAMFLOW_HOME": str(home),
+        "TEAMFLOW_DATABASE_URL": f"sqlite:///{home / 'teamflow.db'}",
+    }
+    patch = pytest.MonkeyPatch()
+    for key, value in env.items():
+        patch.setenv(key, value)
+    try:
+        db.upgrade(env["TEAMFLOW_DATABASE_URL"])
+        _generator().generate(["hist-a", "hist-b"], 0.01, datetime.now(UTC))
+    finally:
+        db.dispose_engines()
+        patch.undo()
+    return env
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("since", [None, "7d"])
+def test_notebooks_on_a_generated_history(
+    path: Path, since: str | None, history_db: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in history_db.items():
+        monkeypatch.setenv(key, value)
+    notebook = execute(path, "hist-a", since)
+    assert plots_of(notebook) >= 5
+    summary = summary_of(notebook)
+    window = m.parse_duration(since) if since else None
+    if path.name == "team_metrics.ipynb":
+        expected = m.member_work("hist-a", window)
+        assert sum(r["executions"] for r in summary["members"]) == expected["executions"].sum()
+        assert 0 < expected["executions"].sum() <= (5000 if since is None else 1000)
+        assert {r["team"] for r in summary["members"]} == {"hist-a"}
+    else:
+        assert summary["requests"] == len(m.approvals("hist-a", window)) > 0
+    assert os.environ["TEAMFLOW_DATABASE_URL"] == history_db["TEAMFLOW_DATABASE_URL"]

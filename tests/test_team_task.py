@@ -113,6 +113,7 @@ def test_two_members_work_in_parallel_and_everything_is_recorded(team: str, home
             ("analyst-1", 2, 1), ("analyst-2", 2, 1),
         ]  # fmt: skip
         assert all(m.duration_s is not None and m.duration_s >= 0 for m in metrics)
+        assert all(m.ok is True and m.tool_failures == 0 for m in metrics)  # models/metrics.py
     status = json.loads((home / "tasks" / TEAM / "analyst-1" / "task-status.json").read_text())
     assert status["status"] == "complete" and status["metrics"]["tasks_completed"] == 1
     assignment = [m for m in inbox.messages(TEAM, "analyst-1") if m.type == "task_assignment"]
@@ -158,6 +159,9 @@ def test_a_tool_that_exits_non_zero_fails_the_member_and_tells_the_lead(
     assert status["status"] == "error" and "fails" in status["errorMessage"]
     texts = [m.text for m in inbox.messages(TEAM, "coordinator")]
     assert any("Doomed failed" in t for t in texts)
+    with session_scope() as s:
+        row = s.query(TaskMetricsRow).filter_by(task_id=str(task.id)).one()
+        assert (row.ok, row.tool_calls, row.tool_failures) == (False, 1, 1)
 
 
 def test_params_that_violate_the_schema_never_run_the_tool(team: str) -> None:
@@ -177,6 +181,9 @@ def test_params_that_violate_the_schema_never_run_the_tool(team: str) -> None:
         )
     failed = tool_results(conversation)["echo_json"]
     assert failed.status.value == "FAILURE" and "n" in failed.error_message
+    with session_scope() as s:
+        row = s.query(TaskMetricsRow).filter_by(task_id=str(task.id)).one()
+        assert (row.ok, row.tool_calls, row.tool_failures) == (True, 1, 1)
 
 
 def test_plan_mode_refuses_tools_before_an_approved_plan(team: str) -> None:

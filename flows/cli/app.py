@@ -12,7 +12,20 @@ import sys
 
 import typer
 
-from flows.cli import db, demo, member, msg, ops, plan, status, task, team, tool, validate
+from flows.cli import (
+    db,
+    demo,
+    member,
+    metrics,
+    msg,
+    ops,
+    plan,
+    status,
+    task,
+    team,
+    tool,
+    validate,
+)
 
 app = typer.Typer(
     name="teamflow",
@@ -36,6 +49,7 @@ app.command()(status.sync)
 app.command()(ops.up)
 app.command()(ops.worker)
 app.command()(demo.demo)
+app.command()(metrics.metrics)
 
 
 def main() -> None:

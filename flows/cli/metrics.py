@@ -1,0 +1,137 @@
+"""`teamflow metrics TEAM`: the headline figures of a team's work, and its main plot.
+
+Every figure comes from `models.metrics` (pandas); the plot is drawn with matplotlib's Agg
+backend, so it needs no display. Neither is imported before the command runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from flows.cli.output import JsonFlag, emit, fail
+
+COLUMNS = [
+    ("member", "member", "left"),
+    ("tasks", "tasks", "right"),
+    ("failed", "failed", "right"),
+    ("p50_duration_s", "p50 duration", "right"),
+    ("tokens", "tokens", "right"),
+    ("tool_calls", "tool calls", "right"),
+    ("tool_failures", "tool failures", "right"),
+    ("plans", "plans", "right"),
+    ("p50_plan_wait_s", "p50 plan wait", "right"),
+    ("unread", "unread", "right"),
+]
+
+
+def _seconds(value: float | None) -> str:
+    if value is None or value != value:  # None or NaN
+        return "-"
+    if value < 120:
+        return f"{value:.1f}s"
+    if value < 7200:
+        return f"{value / 60:.1f}m"
+    return f"{value / 3600:.1f}h"
+
+
+def metrics(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            metavar="DURATION",
+            help="Only work started (plans asked) in the last DURATION: 90s, 30m, 12h, 7d, 2w."
+            " Default: all history.",
+        ),
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            metavar="FILE.png",
+            help="Also write the main plot (tokens and tasks per day, per member) as a PNG.",
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Per member: tasks, failures, p50 duration, tokens, tool calls, plan wait, unread."""
+    from models import metrics as m
+
+    try:
+        window = m.parse_duration(since) if since is not None else None
+    except m.MetricsError as exc:
+        fail(f"--since: {exc}")
+    if plot is not None:
+        if plot.suffix.lower() != ".png":
+            fail(f"--plot {plot}: the file name must end in .png")
+        if not plot.parent.is_dir():
+            fail(f"--plot {plot}: no directory {str(plot.parent)!r}")
+    m.check_team(team_name)
+    start = m.window_start(window)
+    frame = m.headline(team_name, start)
+    if plot is not None:
+        write_plot(team_name, start, plot)
+    if as_json:
+        emit(
+            {
+                "team": team_name,
+                "since": start.isoformat() if start else None,
+                "members": m.records(frame),
+                "plot": str(plot) if plot is not None else None,
+            }
+        )
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    title = f"{team_name}: " + (f"since {start:%Y-%m-%d %H:%M} UTC" if start else "all history")
+    table = Table(title=title)
+    for _, header, justify in COLUMNS:
+        table.add_column(header, justify=justify)
+    for row in frame.to_dict("records"):
+        table.add_row(
+            *(_seconds(row[key]) if key.endswith("_s") else str(row[key]) for key, _, _ in COLUMNS)
+        )
+    console = Console()
+    if not console.is_terminal:
+        console.width = 160  # piped: whole rows, not folded at 80 columns
+    console.print(table)
+    if plot is not None:
+        typer.echo(f"plot written to {plot}")
+
+
+def write_plot(team: str, start, path: Path) -> None:
+    """The main plot: tokens per day per member, and tasks finished (and failed) per day."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from models import metrics as m
+
+    work = m.work_over_time(team, start, freq="day")
+    done = m.throughput(team, start, freq="day")
+    figure, (tokens_ax, tasks_ax) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    if work.empty:
+        tokens_ax.text(0.5, 0.5, "no task metrics yet", ha="center", transform=tokens_ax.transAxes)
+    else:
+        per_member = work.pivot_table(
+            index="bucket", columns="member", values="tokens", aggfunc="sum", fill_value=0
+        )
+        per_member.plot(ax=tokens_ax, marker="o")
+    tokens_ax.set_title(f"{team}: tokens per day, per member")
+    tokens_ax.set_ylabel("tokens")
+    if not done.empty:
+        tasks_ax.bar(done["bucket"], done["tasks"], width=0.8, label="tasks finished")
+        tasks_ax.bar(done["bucket"], done["failed"], width=0.8, label="failed executions")
+        tasks_ax.legend()
+    tasks_ax.set_title("tasks finished per day")
+    tasks_ax.set_ylabel("tasks")
+    figure.autofmt_xdate()
+    figure.tight_layout()
+    figure.savefig(path, format="png", dpi=100)
+    plt.close(figure)

@@ -1,0 +1,532 @@
+"""The metrics people look at, one function per metric: every query behind the notebooks,
+`teamflow metrics` and the tests (no SQL for metrics elsewhere).
+
+Each takes `team` (None: every team) and most a time window `since` (a datetime, a
+timedelta back from now, or None for all history), and returns a pandas DataFrame. pandas
+(the `notebooks` extra) is imported inside the functions, so `models` imports without it.
+Counting and summing happen in SQL; only percentiles need the values themselves, and those
+queries fetch one float column per row. The indexes they use come with migration
+`20261123_0007` (`ix_task_metrics_metrics`, covering, and `plan_approvals (team,
+requested_at)`);
+unread counts use `ix_inbox_messages_unread`.
+
+Sources: `task_metrics` (one row per member per task execution: duration, tokens, steps,
+tool calls and failed ones, plan wait, outcome), `plan_approvals`, `inbox_messages`,
+`task_status`, `tasks`, `members`. Not here yet: alert firings and liveness (agent_state
+changes) have no table in this branch; their metrics come with those tables.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from models import db
+from models.approval import SYSTEM, PlanApproval
+from models.inbox import InboxRow
+from models.task import TaskMetricsRow, TaskRow, TaskStatusRow
+from models.team import Member, Team, TeamError, check_team_name
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+Since = datetime | timedelta | None
+"""A time window's start: a time, how long back from now, or None (all history)."""
+
+TIMEOUT_CAUSE = "no decision within %"
+"""How `approval.apply_timeout` starts the cause of a request its timeout policy decided."""
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+FREQS = {"hour": "%Y-%m-%d %H:00:00", "day": "%Y-%m-%d 00:00:00"}
+
+
+class MetricsError(ValueError):
+    """Refused metrics input; the message is one line for the user."""
+
+
+def parse_duration(text: str) -> timedelta:
+    """`90s`, `30m`, `12h`, `7d`, `2w` as a timedelta; `MetricsError` otherwise."""
+    match = _DURATION.match(text or "")
+    if not match or float(match[1]) <= 0:
+        raise MetricsError(
+            f"bad duration {text!r}: a positive number and a unit s, m, h, d or w (e.g. 7d)"
+        )
+    return timedelta(**{_UNITS[match[2]]: float(match[1])})
+
+
+def window_start(since: Since, now: datetime | None = None) -> datetime | None:
+    """The time a window `since` starts at (None: no start)."""
+    if since is None or isinstance(since, datetime):
+        if since is not None and (since.tzinfo is None or since.utcoffset() is None):
+            raise MetricsError(f"naive datetime {since!r} refused: give an aware time")
+        return since
+    return (now or datetime.now(UTC)) - since
+
+
+def check_team(team: str, *, url: str | None = None) -> None:
+    """`TeamError` (one line) unless `team` exists."""
+    check_team_name(team)
+    with db.engine(url).connect() as conn:
+        found = conn.execute(sa.select(Team.name).where(Team.name == team)).first()
+    if found is None:
+        raise TeamError(f"no team named {team!r}")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _frame(stmt: sa.Select, url: str | None) -> pd.DataFrame:
+    """The rows of `stmt` as the database driver gives them, built column by column.
+
+    The DBAPI cursor is read directly: SQLAlchemy's per-value result processing (and pandas
+    probing each Row) cost more than the query at 100,000 rows. So timestamps come back as the
+    driver has them (`_raw` + `_utc`) and SQLite booleans as 0/1 (`_bool`)."""
+    import pandas as pd
+
+    with db.engine(url).connect() as conn:
+        result = conn.execute(stmt)
+        keys = list(result.keys())
+        rows = result.cursor.fetchall()
+        result.close()
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(keys)
+    frame = pd.DataFrame({key: list(values) for key, values in zip(keys, columns, strict=True)})
+    for key, values in zip(keys, columns, strict=True):
+        if any(isinstance(v, Decimal) for v in values[:1]):  # PostgreSQL's sum of a bigint
+            frame[key] = pd.to_numeric(frame[key].map(_number))
+    return frame
+
+
+def _number(value: Decimal | None) -> int | float | None:
+    if value is None:
+        return None
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
+def _raw(column: Any, name: str | None = None) -> Any:
+    """A timestamp as the database gives it (SQLite: text), for `_utc` to convert all at once:
+    much faster than converting each value in Python."""
+    return sa.type_coerce(column, sa.String).label(name or column.key)
+
+
+def _where(stmt: sa.Select, table: Any, team: str | None, start: datetime | None, column: Any):
+    if team is not None:
+        stmt = stmt.where(table.team == team)
+    if start is not None:
+        stmt = stmt.where(column >= start)
+    return stmt
+
+
+def _bucket(column: Any, freq: str, url: str | None) -> Any:
+    """A timestamp truncated to its hour or day, as text `YYYY-MM-DD HH:00:00` (UTC)."""
+    if freq not in FREQS:
+        raise MetricsError(f"bad frequency {freq!r}: one of {', '.join(FREQS)}")
+    if db.engine(url).dialect.name == "postgresql":
+        utc = sa.func.timezone("UTC", column)
+        return sa.func.to_char(sa.func.date_trunc(freq, utc), "YYYY-MM-DD HH24:00:00")
+    return sa.func.strftime(FREQS[freq], column)
+
+
+def _quantiles(values: pd.DataFrame, keys: list[str], column: str, prefix: str) -> pd.DataFrame:
+    import pandas as pd
+
+    grouped = values.astype({column: float}).groupby(keys)[column]
+    return pd.concat(
+        {
+            f"p50_{prefix}": grouped.median(),
+            f"p95_{prefix}": grouped.quantile(0.95),
+            f"max_{prefix}": grouped.max(),
+        },
+        axis=1,
+    )
+
+
+def _bool(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    for column in columns:
+        frame[column] = frame[column].map({1: True, 0: False}).astype("boolean")
+    return frame
+
+
+def _utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    import pandas as pd
+
+    for column in columns:
+        frame[column] = pd.to_datetime(frame[column], utc=True, format="ISO8601")
+    return frame
+
+
+# --- work per member -------------------------------------------------------------------------
+
+M = TaskMetricsRow
+
+
+def member_work(team: str | None, since: Since = None, *, url: str | None = None) -> pd.DataFrame:
+    """Per member (team, member): executions, distinct tasks, done and failed ones, duration
+    p50 / p95 / max (seconds), tokens, steps, tool calls, failed tool calls and their rate,
+    plan approval wait (seconds, summed). One row per member with metrics in the window."""
+    start = window_start(since)
+    keys = ["team", "member"]
+    sums = _where(
+        sa.select(
+            M.team,
+            M.member,
+            sa.func.count().label("executions"),
+            sa.func.count(sa.distinct(M.task_id)).label("tasks"),
+            sa.func.count().filter(M.ok.is_(True)).label("done"),
+            sa.func.count().filter(M.ok.is_(False)).label("failed"),
+            sa.func.sum(M.tokens).label("tokens"),
+            sa.func.sum(M.steps).label("steps"),
+            sa.func.sum(M.tool_calls).label("tool_calls"),
+            sa.func.sum(M.tool_failures).label("tool_failures"),
+            sa.func.sum(M.approval_wait_s).label("approval_wait_s"),
+        ).group_by(M.team, M.member),
+        M,
+        team,
+        start,
+        M.started_at,
+    )
+    frame = _frame(sums, url).set_index(keys)
+    quantiles = _duration_quantiles(team, start, url)
+    frame = frame.join(quantiles, how="left") if not frame.empty else frame
+    for column in ("p50_duration_s", "p95_duration_s", "max_duration_s"):
+        if column not in frame:
+            frame[column] = float("nan")
+    calls = frame["tool_calls"].where(frame["tool_calls"] > 0)
+    frame["tool_failure_rate"] = (frame["tool_failures"] / calls).astype(float)
+    frame = frame.reset_index()
+    return frame[
+        [
+            "team", "member", "executions", "tasks", "done", "failed",
+            "p50_duration_s", "p95_duration_s", "max_duration_s", "tokens", "steps",
+            "tool_calls", "tool_failures", "tool_failure_rate", "approval_wait_s",
+        ]
+    ].sort_values(keys, ignore_index=True)  # fmt: skip
+
+
+QUANTILES = {"p50": 0.5, "p95": 0.95, "max": 1.0}
+
+
+def _duration_quantiles(team: str | None, start: datetime | None, url: str | None):
+    """Per (team, member): p50, p95 and max of `duration_s`, interpolated linearly between
+    ranks as pandas and `statistics.quantiles(method="inclusive")` do. The database ranks
+    the values (a window function) and returns only the rows around each quantile's rank,
+    not every duration."""
+    import pandas as pd
+
+    rank = sa.func.row_number().over(partition_by=(M.team, M.member), order_by=M.duration_s) - 1
+    count = sa.func.count().over(partition_by=(M.team, M.member))
+    ranked = _where(
+        sa.select(
+            M.team, M.member, M.duration_s, rank.label("i"), count.label("n")
+        ).where(M.duration_s.is_not(None)),
+        M, team, start, M.started_at,
+    ).subquery()  # fmt: skip
+    postgres = db.engine(url).dialect.name == "postgresql"
+    wanted = []
+    for q in QUANTILES.values():
+        position = (ranked.c.n - 1) * q
+        low = sa.func.floor(position) if postgres else sa.cast(position, sa.Integer)
+        wanted.append(ranked.c.i.between(low, low + 1))
+    rows = _frame(
+        sa.select(
+            ranked.c.team, ranked.c.member, ranked.c.i, ranked.c.n, ranked.c.duration_s
+        ).where(sa.or_(*wanted)),
+        url,
+    )
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for (team_name, member), group in rows.groupby(["team", "member"], sort=False):
+        values = dict(zip(group["i"].astype(int), group["duration_s"].astype(float), strict=True))
+        n = int(group["n"].iloc[0])
+        figures = {}
+        for name, q in QUANTILES.items():
+            position = (n - 1) * q
+            low = int(position)
+            value = values[low]
+            if low + 1 < n and position > low:
+                value += (values[low + 1] - value) * (position - low)
+            figures[f"{name}_duration_s"] = value
+        out[(team_name, member)] = figures
+    columns = [f"{name}_duration_s" for name in QUANTILES]
+    frame = pd.DataFrame.from_dict(out, orient="index", columns=columns)
+    frame.index = pd.MultiIndex.from_tuples(list(out), names=["team", "member"])
+    return frame
+
+
+def executions(team: str | None, since: Since = None, *, url: str | None = None) -> pd.DataFrame:
+    """Every member execution in the window: team, member, task_id, started_at, ended_at,
+    duration_s, tokens, ok (for duration histograms and per-execution plots)."""
+    stmt = _where(
+        sa.select(
+            M.team,
+            M.member,
+            M.task_id,
+            _raw(M.started_at),
+            _raw(M.ended_at),
+            M.duration_s,
+            M.tokens,
+            M.ok,
+        ).order_by(M.started_at),
+        M,
+        team,
+        window_start(since),
+        M.started_at,
+    )
+    return _bool(_utc(_frame(stmt, url), "started_at", "ended_at"), "ok")
+
+
+def work_over_time(
+    team: str | None, since: Since = None, *, freq: str = "day", url: str | None = None
+) -> pd.DataFrame:
+    """Per hour or day (`freq`) and member: executions started, tokens, steps, tool calls
+    and failed ones: the trend of work and cost. Columns: bucket (UTC), team, member, ..."""
+    bucket = _bucket(M.started_at, freq, url).label("bucket")
+    stmt = _where(
+        sa.select(
+            bucket,
+            M.team,
+            M.member,
+            sa.func.count().label("executions"),
+            sa.func.sum(M.tokens).label("tokens"),
+            sa.func.sum(M.steps).label("steps"),
+            sa.func.sum(M.tool_calls).label("tool_calls"),
+            sa.func.sum(M.tool_failures).label("tool_failures"),
+        ).group_by(bucket, M.team, M.member),
+        M,
+        team,
+        window_start(since),
+        M.started_at,
+    ).order_by(bucket, M.team, M.member)
+    return _utc(_frame(stmt, url), "bucket")
+
+
+def throughput(
+    team: str | None, since: Since = None, *, freq: str = "hour", url: str | None = None
+) -> pd.DataFrame:
+    """Per hour or day (`freq`) a task execution ended in: tasks finished (distinct), member
+    executions, and failed executions. Columns: bucket (UTC), team, tasks, executions, failed."""
+    bucket = _bucket(M.ended_at, freq, url).label("bucket")
+    stmt = _where(
+        sa.select(
+            bucket,
+            M.team,
+            sa.func.count(sa.distinct(M.task_id)).label("tasks"),
+            sa.func.count().label("executions"),
+            sa.func.count().filter(M.ok.is_(False)).label("failed"),
+        )
+        .where(M.ended_at.is_not(None))
+        .group_by(bucket, M.team),
+        M,
+        team,
+        window_start(since),
+        M.started_at,
+    ).order_by(bucket, M.team)
+    return _utc(_frame(stmt, url), "bucket")
+
+
+# --- tasks and their status ------------------------------------------------------------------
+
+
+def tasks_by_status(team: str | None, since: Since = None, *, url: str | None = None):
+    """How many of the team's tasks stand in each status (created in the window)."""
+    T = TaskRow
+    stmt = sa.select(T.team, T.status, sa.func.count().label("tasks")).group_by(T.team, T.status)
+    if team is not None:
+        stmt = stmt.where(T.team == team)
+    start = window_start(since)
+    if start is not None:
+        stmt = stmt.where(T.created_at >= start)
+    return _frame(stmt.order_by(T.team, T.status), url)
+
+
+def member_status(team: str | None, *, url: str | None = None) -> pd.DataFrame:
+    """Each member's `004` task status now: status, tasks_completed, tokens_used, ..."""
+    S = TaskStatusRow
+    stmt = sa.select(
+        S.team, S.member, S.status, S.tasks_completed, S.tokens_used, S.avg_response_time,
+        _raw(S.last_active_at), S.error_message,
+    ).order_by(S.team, S.member)  # fmt: skip
+    if team is not None:
+        stmt = stmt.where(S.team == team)
+    return _utc(_frame(stmt, url), "last_active_at")
+
+
+# --- plan approvals --------------------------------------------------------------------------
+
+P = PlanApproval
+
+
+def approvals(team: str | None, since: Since = None, *, url: str | None = None) -> pd.DataFrame:
+    """Every plan request in the window (by requested_at): team, request_id, member, status,
+    revision, timeout_policy, requested_at, decided_at, decided_by, escalated, timed_out,
+    wait_s (request to decision; open ones: NaN)."""
+    stmt = _where(
+        sa.select(
+            P.team, P.request_id, P.member, P.status, P.revision, P.timeout_policy,
+            _raw(P.requested_at), _raw(P.decided_at), P.decided_by,
+            P.escalated_at.is_not(None).label("escalated"),
+            sa.and_(P.decided_by == SYSTEM, P.cause.like(TIMEOUT_CAUSE)).label("timed_out"),
+        ).order_by(P.requested_at),
+        P, team, window_start(since), P.requested_at,
+    )  # fmt: skip
+    frame = _utc(_frame(stmt, url), "requested_at", "decided_at")
+    frame["escalated"] = frame["escalated"].astype(bool)
+    frame["timed_out"] = frame["timed_out"].fillna(0).astype(bool)
+    frame["wait_s"] = (frame["decided_at"] - frame["requested_at"]).dt.total_seconds()
+    return frame
+
+
+def approval_waits(team: str | None, since: Since = None, *, url: str | None = None):
+    """Per member who asked: requests, decided, pending, wait until decision p50 / p95 / max
+    (seconds), and how long the oldest open one has waited so far."""
+    import pandas as pd
+
+    frame = approvals(team, since, url=url)
+    keys = ["team", "member"]
+    if frame.empty:
+        return pd.DataFrame(
+            columns=[*keys, "requests", "decided", "pending", "p50_wait_s", "p95_wait_s",
+                     "max_wait_s", "oldest_pending_s"]
+        )  # fmt: skip
+    now = pd.Timestamp.now(tz="UTC")
+    frame["open_s"] = (
+        (now - frame["requested_at"]).dt.total_seconds().where(frame["decided_at"].isna())
+    )
+    grouped = frame.groupby(keys)
+    out = pd.concat(
+        {
+            "requests": grouped.size(),
+            "decided": grouped["decided_at"].count(),
+            "p50_wait_s": grouped["wait_s"].median(),
+            "p95_wait_s": grouped["wait_s"].quantile(0.95),
+            "max_wait_s": grouped["wait_s"].max(),
+            "oldest_pending_s": grouped["open_s"].max(),
+        },
+        axis=1,
+    )
+    out.insert(2, "pending", out["requests"] - out["decided"])
+    return out.reset_index()
+
+
+def _counts(team: str | None, since: Since, url: str | None, *keys: Any) -> pd.DataFrame:
+    stmt = _where(
+        sa.select(P.team, *keys, sa.func.count().label("requests")).group_by(P.team, *keys),
+        P, team, window_start(since), P.requested_at,
+    ).order_by(P.team, *keys)  # fmt: skip
+    return _frame(stmt, url)
+
+
+def approval_outcomes(team: str | None, since: Since = None, *, url: str | None = None):
+    """Requests per status (pending, approved, denied, rejected) with the p50 wait of the
+    decided ones."""
+    import pandas as pd
+
+    frame = approvals(team, since, url=url)
+    if frame.empty:
+        return pd.DataFrame(columns=["team", "status", "requests", "p50_wait_s"])
+    grouped = frame.groupby(["team", "status"])
+    out = pd.concat({"requests": grouped.size(), "p50_wait_s": grouped["wait_s"].median()}, axis=1)
+    return out.reset_index()
+
+
+def approval_deciders(team: str | None, since: Since = None, *, url: str | None = None):
+    """Who decided (a person, the lead, or `system` for policies and timeouts), per status."""
+    return _counts(team, since, url, P.decided_by, P.status).query("decided_by.notna()")
+
+
+def approval_revisions(team: str | None, since: Since = None, *, url: str | None = None):
+    """Requests per revision (1: first plan, 2: its first revision, ...) and status."""
+    return _counts(team, since, url, P.revision, P.status)
+
+
+def approval_timeouts(team: str | None, since: Since = None, *, url: str | None = None):
+    """Per timeout policy (deny, approve, escalate): requests, how many its timeout decided
+    (approved / denied by it), and how many were escalated to the lead."""
+    timed_out = sa.and_(P.decided_by == SYSTEM, P.cause.like(TIMEOUT_CAUSE))
+    stmt = _where(
+        sa.select(
+            P.team,
+            P.timeout_policy,
+            sa.func.count().label("requests"),
+            sa.func.count().filter(timed_out).label("timed_out"),
+            sa.func.count().filter(timed_out, P.status == "approved").label("approved_by_timeout"),
+            sa.func.count().filter(timed_out, P.status != "approved").label("denied_by_timeout"),
+            sa.func.count().filter(P.escalated_at.is_not(None)).label("escalated"),
+        ).group_by(P.team, P.timeout_policy),
+        P, team, window_start(since), P.requested_at,
+    ).order_by(P.team, P.timeout_policy)  # fmt: skip
+    return _frame(stmt, url)
+
+
+# --- inboxes ---------------------------------------------------------------------------------
+
+
+def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
+    """Per member (every member of the team, and any other recipient with unread mail):
+    unread messages now and when the oldest of them arrived."""
+    import pandas as pd
+
+    I = InboxRow  # noqa: E741
+    stmt = sa.select(
+        I.team,
+        I.recipient.label("member"),
+        sa.func.count().label("unread"),
+        _raw(sa.func.min(I.timestamp), "oldest_unread_at"),
+    ).where(I.read == sa.false())
+    if team is not None:
+        stmt = stmt.where(I.team == team)
+    unread = _frame(stmt.group_by(I.team, I.recipient), url)
+    members = sa.select(Member.team, Member.name.label("member"))
+    if team is not None:
+        members = members.where(Member.team == team)
+    everyone = _frame(members, url)
+    frame = everyone.merge(unread, on=["team", "member"], how="outer")
+    frame["unread"] = frame["unread"].fillna(0).astype(int)
+    frame["oldest_unread_at"] = pd.to_datetime(
+        frame["oldest_unread_at"], utc=True, format="ISO8601"
+    )
+    return frame.sort_values(["team", "member"], ignore_index=True)
+
+
+def unread_count(team: str, member: str, *, url: str | None = None) -> int:
+    """One member's unread messages (an index-only count)."""
+    I = InboxRow  # noqa: E741
+    stmt = sa.select(sa.func.count()).where(
+        I.team == team, I.recipient == member, I.read == sa.false()
+    )
+    with db.engine(url).connect() as conn:
+        return conn.execute(stmt).scalar_one()
+
+
+# --- the headline ----------------------------------------------------------------------------
+
+
+def headline(team: str, since: Since = None, *, url: str | None = None) -> pd.DataFrame:
+    """What `teamflow metrics` shows, per member of `team` (and anyone with metrics):
+    tasks, failed, p50 duration, tokens, p50 plan wait (request to decision) and unread."""
+    work = member_work(team, since, url=url)[
+        ["team", "member", "tasks", "failed", "p50_duration_s", "tokens", "tool_calls",
+         "tool_failures"]
+    ]  # fmt: skip
+    waits = approval_waits(team, since, url=url)[["team", "member", "requests", "p50_wait_s"]]
+    waits = waits.rename(columns={"requests": "plans", "p50_wait_s": "p50_plan_wait_s"})
+    backlog = unread_backlog(team, url=url)[["team", "member", "unread"]]
+    frame = backlog.merge(work, on=["team", "member"], how="outer").merge(
+        waits, on=["team", "member"], how="outer"
+    )
+    for column in ("tasks", "failed", "tokens", "tool_calls", "tool_failures", "plans", "unread"):
+        frame[column] = frame[column].fillna(0).astype(int)
+    return frame[
+        ["team", "member", "tasks", "failed", "p50_duration_s", "tokens", "tool_calls",
+         "tool_failures", "plans", "p50_plan_wait_s", "unread"]
+    ].sort_values("member", ignore_index=True)  # fmt: skip
+
+
+def records(frame: pd.DataFrame) -> list[dict]:
+    """A frame's rows as JSON-ready dicts: NaN/NaT become None, times ISO 8601 text."""
+    import json
+
+    return json.loads(frame.to_json(orient="records", date_format="iso"))
