@@ -253,6 +253,9 @@ def teamflow(*args: str) -> subprocess.CompletedProcess:
 def test_cli_blocked_by_is_recorded_and_listed(home: Path) -> None:
     research_team()
     a = task("a")
+    # Only a member that can run tasks may be assigned one.
+    runtime = ("--runtime", "command", "--command", "python3 examples/echo_agent.py")
+    assert teamflow("member", "set", TEAM, "analyst-2", *runtime).returncode == 0
     made = teamflow(
         "task", "create", TEAM, "--title", "b", "--assignee", "analyst-2",
         "--blocked-by", str(a), "--json",
