@@ -147,7 +147,9 @@ def schedule_of(
             "timezone": tz,
         }
     else:
-        spec = {"rrule": str(rrule).strip(), "timezone": tz}
+        local = _aware(now or datetime.now(UTC)).astimezone(zone(tz))
+        start = local.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+        spec = {"rrule": str(rrule).strip(), "timezone": tz, "dtstart": start.isoformat()}
     check_schedule(spec, now=now)
     return spec
 
@@ -174,7 +176,7 @@ def next_fire_times(
         n = max(0, (after - anchor) // step + 1)
         return [(anchor + (n + i) * step).astimezone(UTC) for i in range(count)]
     if "rrule" in spec:
-        return _rrule_times(spec["rrule"], after.astimezone(tz), tz, count)
+        return _rrule_times(spec["rrule"], after.astimezone(tz), tz, count, spec.get("dtstart"))
     raise ScheduleError(f"not a schedule: {spec!r}")
 
 
@@ -203,7 +205,9 @@ def _cron_times(expr: str, after: datetime, count: int) -> list[datetime]:
     return times
 
 
-def _rrule_times(rule: str, after: datetime, tz: ZoneInfo, count: int) -> list[datetime]:
+def _rrule_times(
+    rule: str, after: datetime, tz: ZoneInfo, count: int, dtstart: str | None = None
+) -> list[datetime]:
     from dateutil.rrule import rrulestr
 
     text = rule.strip()
@@ -211,8 +215,11 @@ def _rrule_times(rule: str, after: datetime, tz: ZoneInfo, count: int) -> list[d
         text = text[6:]
     if "DTSTART" in text.upper() or "\n" in text:
         raise ScheduleError(f"bad rrule {rule!r}: give one RRULE line without DTSTART")
-    # Anchored at the start of today (local), so BYHOUR/BYMINUTE-less rules fire at midnight.
-    start = after.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
+    # Anchored at local midnight of the day the schedule was made (default: of `after`).
+    if dtstart:
+        start = datetime.fromisoformat(dtstart).replace(tzinfo=None)
+    else:
+        start = after.replace(hour=0, minute=0, second=0, microsecond=0, tzinfo=None)
     try:
         parsed = rrulestr(text, dtstart=start)
     except (ValueError, TypeError) as exc:
