@@ -9,7 +9,8 @@ and stops when paused; the README's daily-sync schedule lands on the deployment 
 from __future__ import annotations
 
 import json
-import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from teamflow_workers import register_deployments, teamflow_workers
 from test_prefect_services import SERVICES
 
 from flows.system_alert import DEPLOYMENT
-from models import db, inbox
+from models import db, inbox, membership
 
 
 @dataclass
@@ -181,25 +182,34 @@ def test_a_schedule_fires_survives_redeploy_and_stops_when_paused(live: Env) -> 
     assert schedules(pulse["id"]) == []
 
 
-def test_the_readme_daily_sync_is_a_schedule_on_the_deployment(live: Env) -> None:
-    done = teamflow(
-        live, "alert", "schedule", TEAM, "--name", "daily_sync", "--message",
-        "Time for daily sync", "--cron", "0 9 * * 1-5", "--timezone", "Europe/Berlin",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("schedule ") and "(daily_sync) added" in done.stdout
-    [row] = [r for r in ok_json(live, "alert", "list", TEAM) if r["name"] == "daily_sync"]
-    [on_prefect] = schedules(row["id"])
+def readme_alert_lines() -> list[str]:
+    section = (ROOT / "README.md").read_text().split("### Alerts: timers and scheduled events")[1]
+    block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
+    return [line for line in block.splitlines() if line.startswith("teamflow alert ")]
+
+
+def test_the_readme_alert_commands_run_as_shown(live: Env) -> None:
+    membership.create_team("q4-team", description="Q4 sales analysis team", lead="coordinator")
+    membership.add_member("q4-team", "analyst-1", model="haiku", prompt="You analyse trends.")
+    lines = readme_alert_lines()
+    assert any("--name daily_sync" in line for line in lines)
+    for line in lines:
+        done = teamflow(live, *shlex.split(line, comments=True)[1:])
+        assert done.returncode == 0, f"{line}\n{done.stdout}{done.stderr}"
+
+    rows = {r["name"]: r for r in ok_json(live, "alert", "list", "q4-team")}
+    assert rows["standup"]["type"] == "TIMER" and rows["standup"]["to"] == "analyst-1"
+    sync = rows["daily_sync"]
+    [on_prefect] = schedules(sync["id"])
     assert on_prefect.schedule.cron == "0 9 * * 1-5"
     assert on_prefect.schedule.timezone == "Europe/Berlin"
     assert on_prefect.parameters["message"] == "Time for daily sync"
-    berlin = [
-        datetime.fromisoformat(t).astimezone(ZoneInfo("Europe/Berlin"))
-        for t in row["nextFireTimes"]
-    ]
-    assert len(berlin) == 3
-    assert all((t.hour, t.minute) == (9, 0) and t.isoweekday() <= 5 for t in berlin)
-    ok_json(live, "alert", "cancel", str(row["id"]))
+    berlin = ZoneInfo("Europe/Berlin")
+    times = [datetime.fromisoformat(t).astimezone(berlin) for t in sync["nextFireTimes"]]
+    assert len(times) == 3
+    assert all((t.hour, t.minute) == (9, 0) and t.isoweekday() <= 5 for t in times)
+    for row in rows.values():
+        ok_json(live, "alert", "cancel", str(row["id"]))
 
 
 @pytest.mark.parametrize(
@@ -246,6 +256,3 @@ def test_alert_list_does_not_import_prefect(live: Env) -> None:
         timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-
-
-_ = os  # the environment of subprocesses comes from `live.env`
