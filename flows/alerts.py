@@ -143,8 +143,14 @@ def set_paused(alert_id: int, paused: bool) -> Alert:
         runner.check_server(api)
         try:
             with get_client(sync_client=True) as client:
+                # The parameters again: Prefect 3.8.8's server resets a schedule's
+                # parameters to {} on any update that omits them, and the resumed
+                # schedule would then start runs without a team.
                 client.update_deployment_schedule(
-                    UUID(alert.deployment_id), UUID(alert.schedule_id), active=not paused
+                    UUID(alert.deployment_id),
+                    UUID(alert.schedule_id),
+                    active=not paused,
+                    parameters=_parameters(alert),
                 )
         except PrefectHTTPStatusError as exc:
             raise _http(exc) from None
