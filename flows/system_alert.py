@@ -4,23 +4,30 @@ One run delivers one `001` `system_alert` notification (`alert_type`, `alert_nam
 `message`) from `system` to one member or, without a member, to every active member of
 the team. TIMER alerts are one-shot runs scheduled for a time, SCHEDULED_EVENT alerts are
 runs of a deployment schedule, ALARMs are raised by the watchdog; all three are this flow.
+
+Every run records its firing (`models.alert.record_firing`: recipients, due and fired
+times, this run's id, the delivered message ids) in the transaction that delivers it.
+Late runs follow `models.schedule`: a late TIMER fires once and says how late; a
+SCHEDULED_EVENT run more than `MISSED_GRACE` late is recorded as missed and delivers nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from prefect import flow, get_client, task
 from prefect.runtime import flow_run
 
-from models.alert import Alert
+from models import schedule
+from models.alert import record_firing
 from models.base import utcnow
 from models.db import session_scope
 from models.inbox import MessageType, send
 from models.notification import AlertType, SystemAlertPayload
-from models.team import TeamError, list_members
+from models.team import list_members
 
 DEPLOYMENT = "system-alert/system-alert"
 """The deployment that runs this flow (`prefect.yaml`), as `flow/deployment`."""
@@ -32,15 +39,35 @@ def run_tags(team: str, alert_type: AlertType | str) -> list[str]:
 
 
 def _deliver(
-    team: str, member: str | None, payload: SystemAlertPayload, alert_id: int | None
+    team: str,
+    member: str | None,
+    payload: SystemAlertPayload,
+    alert_id: int | None,
+    run_id: str | None = None,
+    due_at: datetime | None = None,
 ) -> list[str]:
-    # One transaction: every recipient gets the alert and the alert row records it, or
+    # One transaction: every recipient gets the alert and the firing is recorded, or
     # nothing is written and a retry delivers it once.
+    fired_at = utcnow()
     with session_scope() as session:
         if member is None:
             recipients = [m.name for m in list_members(team, active=True, session=session)]
         else:
             recipients = [member]
+        firing = {
+            "alert_id": alert_id, "recipients": recipients, "flow_run_id": run_id,
+            "due_at": due_at, "fired_at": fired_at, "session": session,
+        }  # fmt: skip
+        if schedule.missed(payload.alert_type.value, due_at, fired_at):
+            record_firing(
+                team, payload.alert_type, payload.alert_name, payload.message or "",
+                message_ids=[], outcome="missed", **firing,
+            )  # fmt: skip
+            return []
+        if payload.alert_type == AlertType.TIMER:
+            note = schedule.late_note(due_at, fired_at)
+            if note:
+                payload = payload.model_copy(update={"message": f"{payload.message} {note}"})
         rows = [
             send(
                 team,
@@ -54,13 +81,12 @@ def _deliver(
             )
             for name in recipients
         ]
-        if alert_id is not None:
-            alert = session.get(Alert, alert_id)
-            if alert is None or alert.team != team:
-                raise TeamError(f"team {team!r} has no alert with id {alert_id}")
-            alert.last_fired_at = utcnow()
-            session.add(alert)
-        return [row.message_id for row in rows]
+        ids = [row.message_id for row in rows]
+        record_firing(
+            team, payload.alert_type, payload.alert_name, payload.message or "",
+            message_ids=ids, **firing,
+        )  # fmt: skip
+        return ids
 
 
 def _database_hiccup(_task: Any, _task_run: Any, state: Any) -> bool:
@@ -77,10 +103,16 @@ def _database_hiccup(_task: Any, _task_run: Any, state: Any) -> bool:
     retry_condition_fn=_database_hiccup,
 )
 async def deliver_alert(
-    team: str, member: str | None, payload: SystemAlertPayload, alert_id: int | None
+    team: str,
+    member: str | None,
+    payload: SystemAlertPayload,
+    alert_id: int | None,
+    run_id: str | None = None,
+    due_at: datetime | None = None,
 ) -> list[str]:
-    """Writes the notification into the recipients' inboxes; returns the message ids."""
-    return await asyncio.to_thread(_deliver, team, member, payload, alert_id)
+    """Writes the notification into the recipients' inboxes and records the firing;
+    returns the message ids."""
+    return await asyncio.to_thread(_deliver, team, member, payload, alert_id, run_id, due_at)
 
 
 async def _tag_this_run(tags: list[str]) -> None:
@@ -115,11 +147,21 @@ async def system_alert(
         alert_name: The alert's name, e.g. `daily_sync`.
         message: What the recipients read.
         member: The one member to alert; without it, every active member of the team.
-        alert_id: The `alerts` row this run fires, if any; its `last_fired_at` is set.
+        alert_id: The `alerts` row this run fires, if any; its firing is recorded either way.
 
     Returns:
         The ids of the delivered messages, one per recipient.
     """
     payload = SystemAlertPayload(alert_type=alert_type, alert_name=alert_name, message=message)
     await _tag_this_run(run_tags(team, payload.alert_type))
-    return await deliver_alert(team, member, payload, alert_id)
+    run_id = flow_run.get_id()
+    due_at = _due_at() if run_id else None
+    return await deliver_alert(team, member, payload, alert_id, run_id, due_at)
+
+
+def _due_at() -> datetime | None:
+    # The time the run was scheduled for: a timer's due time, a schedule's slot.
+    value = flow_run.get_scheduled_start_time()
+    if value is None:
+        return None
+    return datetime.fromisoformat(value.isoformat()).astimezone(UTC)

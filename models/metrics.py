@@ -6,7 +6,7 @@ timedelta back from now, or None for all history), and returns a pandas DataFram
 (the `notebooks` extra) is imported inside the functions, so `models` imports without it.
 Counting and summing happen in SQL; only percentiles need the values themselves, and those
 queries fetch one float column per row. The indexes they use come with migration
-`20261123_0007` (`ix_task_metrics_metrics`, covering, and `plan_approvals (team,
+`0006` (`ix_task_metrics_metrics`, covering, and `plan_approvals (team,
 requested_at)`);
 unread counts use `ix_inbox_messages_unread`.
 

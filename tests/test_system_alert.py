@@ -13,6 +13,7 @@ from prefect.testing.utilities import prefect_test_harness
 from sqlmodel import Session
 
 from flows.system_alert import system_alert
+from models import alert as alert_store
 from models import db, inbox
 from models import team as teams
 from models.alert import Alert
@@ -99,6 +100,12 @@ def test_an_alert_for_one_member_records_when_it_fired(
     assert alerts_of("analyst-1") == []
     with Session(db.engine(db_url)) as session:
         assert session.get(Alert, row.id).last_fired_at is not None
+    # The firing says when, to whom, which run, which messages.
+    [firing] = alert_store.firings(TEAM, alert_id=row.id)
+    assert firing.recipients == ["analyst-2"]
+    assert firing.message_ids == [message_id]
+    assert firing.flow_run_id == str(state.state_details.flow_run_id)
+    assert firing.outcome == "delivered"
 
 
 def test_an_alert_for_an_unknown_member_fails_and_delivers_nothing(

@@ -13,6 +13,7 @@ import sys
 import typer
 
 from flows.cli import (
+    alert,
     db,
     demo,
     member,
@@ -41,6 +42,7 @@ app.add_typer(msg.msg_app, name="msg")
 app.add_typer(tool.tool_app, name="tool")
 app.add_typer(plan.plan_app, name="plan")
 app.add_typer(task.task_app, name="task")
+app.add_typer(alert.alert_app, name="alert")
 
 app.command()(validate.validate)
 app.command("log")(status.log)

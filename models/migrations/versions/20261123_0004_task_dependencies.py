@@ -1,6 +1,6 @@
 """task dependencies
 
-Revision ID: 20261123_0004
+Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-23 09:00:00
 """
@@ -12,7 +12,7 @@ from alembic import op
 
 import models.base
 
-revision: str = "20261123_0004"
+revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -1,8 +1,8 @@
 """metrics: task_metrics records each execution's outcome and failed tool calls; indexes for
 the metric queries (a covering index of task_metrics; plans by team and time)
 
-Revision ID: 20261123_0007
-Revises: 20261123_0003
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-23 14:05:00
 """
 
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = '20261123_0007'
-down_revision: str | None = '20261123_0003'
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,7 +1,7 @@
 """watchdog: alarms raised once per condition; a task's failure and restarts
 
-Revision ID: 20261123_0003
-Revises: 20261123_0004
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-11-23 14:00:00
 """
 
@@ -13,8 +13,8 @@ from alembic import op
 
 import models.base
 
-revision: str = "20261123_0003"
-down_revision: str | None = "20261123_0004"
+revision: str = "0005"
+down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,201 @@
+"""The Prefect side of alerts: timer runs and `system-alert` deployment schedules.
+
+A TIMER is one `system-alert` flow run in a Scheduled state for its due time; a
+SCHEDULED_EVENT is one schedule (cron, interval or RRULE, with its own parameters) of the
+one `system-alert` deployment, so it shows on the deployment's page in the Prefect UI and
+Prefect's scheduler makes its runs. The alert is recorded in teamflow's database first
+(`models.alert`), then created in Prefect; when Prefect refuses, the record is removed
+again, so a failed command leaves nothing behind. Every network call of alerts is here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from flows import runner
+from flows.system_alert import DEPLOYMENT, run_tags
+from models import alert as store
+from models.alert import Alert, AlertError, AlertStatus
+from models.notification import AlertType
+
+
+def _check_server(api: str) -> None:
+    # As `runner.check_server`, with more patience: a busy server (SQLite, a loaded
+    # machine) can take seconds to answer its health check; only a refused connection
+    # or a foreign answer is a clear "no".
+    answer = runner.probe(api, timeout=15.0)
+    if answer == "none":
+        raise runner.NoServer(f"no Prefect server answers at {api}; {runner.START_HINT}")
+    if answer != "prefect":
+        _check_server(api)
+
+
+def _parameters(alert: Alert) -> dict[str, Any]:
+    return {
+        "team": alert.team,
+        "alert_type": alert.alert_type,
+        "alert_name": alert.name,
+        "message": alert.message,
+        "member": alert.recipient,
+        "alert_id": alert.id,
+    }
+
+
+def prefect_schedule(spec: dict[str, Any]) -> Any:
+    """The Prefect schedule object for a `models.schedule` spec."""
+    from prefect.client.schemas.schedules import CronSchedule, IntervalSchedule, RRuleSchedule
+
+    tz = spec.get("timezone") or "UTC"
+    if "cron" in spec:
+        return CronSchedule(cron=spec["cron"], timezone=tz)
+    if "interval" in spec:
+        return IntervalSchedule(
+            interval=timedelta(seconds=int(spec["interval"])),
+            anchor_date=datetime.fromisoformat(spec["anchor"]),
+            timezone=tz,
+        )
+    start = datetime.fromisoformat(spec["dtstart"])
+    rule = spec["rrule"].removeprefix("RRULE:")
+    return RRuleSchedule(rrule=f"DTSTART:{start:%Y%m%dT%H%M%S}\nRRULE:{rule}", timezone=tz)
+
+
+def create_timer(
+    team: str, name: str, message: str, *, due: datetime, member: str | None = None
+) -> tuple[Alert, runner.StartedRun]:
+    """Records a TIMER and creates its `system-alert` run, scheduled for `due`."""
+    alert = store.create_alert(team, AlertType.TIMER, name, message, recipient=member, fire_at=due)
+    try:
+        run = runner.start(
+            DEPLOYMENT,
+            _parameters(alert),
+            idempotency_key=f"teamflow-alert-{team}-{alert.id}-{alert.created_at.isoformat()}",
+            tags=run_tags(team, AlertType.TIMER),
+            scheduled_time=due,
+            flow_run_name=f"timer-{name}@{team}",
+        )
+    except BaseException:
+        store.delete_alert(alert.id)
+        raise
+    alert = store.set_prefect_ids(alert.id, flow_run_id=str(run.id))
+    return alert, run
+
+
+def _deployment(client: Any) -> Any:
+    from prefect.exceptions import ObjectNotFound
+
+    try:
+        return client.read_deployment_by_name(DEPLOYMENT)
+    except ObjectNotFound:
+        raise runner.NoDeployment(
+            f"no deployment named {DEPLOYMENT!r} on the Prefect server; `teamflow up` "
+            "registers teamflow's deployments"
+        ) from None
+
+
+def _http(exc: Any) -> runner.RunnerError:
+    return runner.RunnerError(runner._http_reason(exc, runner.api_url()))
+
+
+def add_schedule(
+    team: str, name: str, message: str, spec: dict[str, Any], *, member: str | None = None
+) -> Alert:
+    """Records a SCHEDULED_EVENT and adds its schedule to the `system-alert` deployment."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    schedule = prefect_schedule(spec)
+    store.check_alert(team, name, message, member)
+    with runner.connected() as api:
+        _check_server(api)
+        alert = store.create_alert(
+            team, AlertType.SCHEDULED_EVENT, name, message, recipient=member, schedule=spec
+        )
+        try:
+            with get_client(sync_client=True) as client:
+                deployment = _deployment(client)
+                [created] = client.create_deployment_schedules(
+                    deployment.id,
+                    [(schedule, True)],
+                    parameters=_parameters(alert),
+                    slug=f"{team}-{name}-{alert.id}",
+                )
+        except PrefectHTTPStatusError as exc:
+            store.delete_alert(alert.id)
+            raise _http(exc) from None
+        except BaseException:
+            store.delete_alert(alert.id)
+            raise
+    return store.set_prefect_ids(
+        alert.id, schedule_id=str(created.id), deployment_id=str(deployment.id)
+    )
+
+
+def _ensure(alert: Alert, *allowed: str) -> None:
+    if alert.status not in allowed:
+        raise AlertError(f"alert {alert.id} ({alert.name}) is {alert.status}")
+
+
+def set_paused(alert_id: int, paused: bool) -> Alert:
+    """Pauses or resumes a scheduled event's Prefect schedule (timers cannot be paused)."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    alert = store.get_alert(alert_id)
+    if alert.alert_type != AlertType.SCHEDULED_EVENT.value or not alert.schedule_id:
+        raise AlertError(
+            f"alert {alert_id} is a {alert.alert_type.lower()}: only scheduled events pause; "
+            f"cancel a timer with `teamflow alert cancel {alert_id}`"
+        )
+    _ensure(alert, AlertStatus.ACTIVE if paused else AlertStatus.PAUSED)
+    with runner.connected() as api:
+        _check_server(api)
+        try:
+            with get_client(sync_client=True) as client:
+                # The parameters again: Prefect 3.8.8's server resets a schedule's
+                # parameters to {} on any update that omits them, and the resumed
+                # schedule would then start runs without a team.
+                client.update_deployment_schedule(
+                    UUID(alert.deployment_id),
+                    UUID(alert.schedule_id),
+                    active=not paused,
+                    parameters=_parameters(alert),
+                )
+        except PrefectHTTPStatusError as exc:
+            raise _http(exc) from None
+    return store.set_status(alert_id, AlertStatus.PAUSED if paused else AlertStatus.ACTIVE)
+
+
+def cancel(alert_id: int) -> Alert:
+    """Deletes a scheduled event's schedule, or cancels a timer's scheduled run."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
+    from prefect.states import Cancelled
+
+    alert = store.get_alert(alert_id)
+    _ensure(alert, AlertStatus.ACTIVE, AlertStatus.PAUSED)
+    with runner.connected() as api:
+        _check_server(api)
+        try:
+            with get_client(sync_client=True) as client:
+                if alert.schedule_id:
+                    # Gone already: cancelled is what the user wants.
+                    with contextlib.suppress(ObjectNotFound):
+                        client.delete_deployment_schedule(
+                            UUID(alert.deployment_id), UUID(alert.schedule_id)
+                        )
+                elif alert.flow_run_id:
+                    run = client.read_flow_run(UUID(alert.flow_run_id))
+                    if run.state is not None and not run.state.is_scheduled():
+                        raise AlertError(
+                            f"timer {alert_id} ({alert.name}) is already "
+                            f"{run.state.name.lower()}; it cannot be cancelled"
+                        )
+                    client.set_flow_run_state(
+                        run.id, Cancelled(message="cancelled with `teamflow alert cancel`")
+                    )
+        except PrefectHTTPStatusError as exc:
+            raise _http(exc) from None
+    return store.set_status(alert_id, AlertStatus.CANCELLED)
