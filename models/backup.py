@@ -240,8 +240,9 @@ def restore(archive: Path, *, force: bool = False) -> str:
                             [{k: _from_json(table.c[k], v) for k, v in r.items()} for r in rows],
                         )
                         _advance_id_sequence(s, table)
+                _check_restored_config(s, name, archive)
         except (sa.exc.StatementError, TypeError, ValueError) as exc:
-            if isinstance(exc, TeamError):
+            if isinstance(exc, TeamError | BackupError):
                 raise
             reason = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["?"])[0]
             raise BackupError(f"{archive}: its rows cannot be restored: {reason}") from None
@@ -257,6 +258,35 @@ def restore(archive: Path, *, force: bool = False) -> str:
     for member in dump["rows"].get("members", []):
         refresh_file(name, member["name"])
     return name
+
+
+def _check_restored_config(session: Session, team: str, archive: Path) -> None:
+    """Refuses restored rows that do not make a valid `config.json`, naming the field.
+
+    Runs inside the restore's transaction, before its commit: a refusal writes nothing.
+    """
+    row = session.exec(
+        sa.select(Team).where(Team.name == team).execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+    if row is None:
+        raise BackupError(f"{archive}: {DUMP} has no row of team {team!r}")
+    members = list(
+        session.exec(
+            sa.select(Member)
+            .where(Member.team == team)
+            .order_by(Member.position)
+            .execution_options(populate_existing=True)
+        ).scalars()
+    )
+    for i, member in enumerate(members):
+        try:
+            member.to_wire()
+        except ValidationError as exc:
+            raise BackupError(f"{archive}: {DUMP}: members[{i}].{error_lines(exc)[0]}") from None
+    try:
+        row.to_wire(members)
+    except ValidationError as exc:
+        raise BackupError(f"{archive}: {DUMP}: {error_lines(exc)[0]}") from None
 
 
 def _checked_rows(rows: Any, team: str, archive: Path) -> dict[str, list[dict[str, Any]]]:

@@ -278,6 +278,10 @@ MALFORMED = {
         _write("inboxes/..json", "[]"),
         r"in/inboxes/\.\.json: '\.' is not a member name",
     ),
+    "member named ../../../../tmp/x": (
+        _edit("config.json", _member(2, name="../../../../tmp/x")),
+        r"in/config\.json: members\[2\]\.name: '\.\./\.\./\.\./\.\./tmp/x' is not a member",
+    ),
     "symlinked inbox": (
         _symlink("inboxes/analyst-1.json"),
         r"in/inboxes/analyst-1\.json: a symlink; refusing to follow it",
@@ -499,6 +503,17 @@ def _unknown_column(dump: dict) -> None:
     dump["rows"]["teams"][0]["owner"] = "mallory"
 
 
+def _member_named(name: str) -> Callable[[dict], None]:
+    """Renames the member at position 2 in the dump's rows (its config.json name)."""
+
+    def change(dump: dict) -> None:
+        for row in dump["rows"]["members"]:
+            if row["position"] == 2:
+                row["name"] = name
+
+    return change
+
+
 EVIL = "evil.txt"  # every archive below tries to put this next to TEAMFLOW_HOME
 
 BAD_ARCHIVES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
@@ -534,6 +549,10 @@ BAD_ARCHIVES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
         "has no readable teamflow-backup.json",
     ),
     "rows of another team": (_dump_with(_other_team_row), "another team"),
+    "member named ../../../../tmp/x": (
+        _dump_with(_member_named("../../../../tmp/x")),
+        r"members\[2\]\.name: '\.\./\.\./\.\./\.\./tmp/x' is not a member name",
+    ),
     "unknown column": (_dump_with(_unknown_column), "teams has no column 'owner'"),
     "not an archive": (
         lambda path, _good: (path.write_text('{"team": "research-team"}'), path)[1],
