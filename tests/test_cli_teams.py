@@ -316,6 +316,62 @@ def test_other_bad_input_is_one_line_and_writes_nothing(
     assert everything(home) == before
 
 
+NOT_NUMBERS = ["nan", "inf", "-inf", "1e300", "-5"]
+
+
+def test_every_number_from_the_command_line_is_finite_and_in_range(
+    env: dict[str, str], home: Path
+) -> None:
+    research_team()
+    before = ok_json(env, "team", "settings", TEAM), everything(home)
+    for value in NOT_NUMBERS:
+        refused(
+            teamflow(env, "team", "settings", TEAM, "--plan-timeout", value),
+            "--plan-timeout (setting plan_timeout_seconds) must be a finite number",
+        )
+    for option in ("--escalation", "--shutdown-timeout"):
+        refused(teamflow(env, "team", "settings", TEAM, option, "nan"), option, "finite")
+    for option in ("--concurrency", "--max-revisions"):
+        refused(teamflow(env, "team", "settings", TEAM, option, "10000000000"), option, "1 to")
+    # Options of commands that start runs are refused before any run is started.
+    refused(teamflow(env, "member", "shutdown", TEAM, "analyst-1", "--timeout", "inf"), "--timeout")
+    refused(
+        teamflow(env, "plan", "request", TEAM, "--from", "analyst-1", "--plan", "p",
+                 "--summary", "s", "--timeout", "nan"),
+        "--timeout",
+    )  # fmt: skip
+    refused(teamflow(env, "worker", "--limit", "0"), "--limit", "1 to")
+    assert (ok_json(env, "team", "settings", TEAM), everything(home)) == before
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e300, -1.0, 0])
+@pytest.mark.parametrize(
+    "key", ["plan_timeout_seconds", "plan_escalation_seconds", "shutdown_timeout_seconds",
+            "concurrency", "plan_max_revisions"],
+)  # fmt: skip
+def test_the_store_refuses_a_setting_that_is_not_a_finite_number_in_range(
+    db_url: str, key: str, value: float
+) -> None:
+    research_team()
+    with pytest.raises(ValueError, match=f"setting {key} must be"):
+        teams.update_settings(TEAM, {key: value})
+    assert teams.update_settings(TEAM, {}) == {}
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e300, -1.0])
+def test_a_plan_or_shutdown_timeout_that_is_not_finite_is_refused(
+    db_url: str, value: float
+) -> None:
+    from models import approval, shutdown
+
+    research_team()
+    with pytest.raises(ValueError, match="timeout must be a finite number"):
+        approval.request_plan(TEAM, "analyst-1", "## Plan", "plan", timeout=value)
+    with pytest.raises(ValueError, match="timeout must be a finite number"):
+        shutdown.request_shutdown(TEAM, "analyst-1", timeout=value)
+    assert approval.list_requests(TEAM) == []
+
+
 def test_team_settings_shape_who_decides_and_when_and_refuse_bad_values(
     env: dict[str, str],
 ) -> None:
