@@ -690,7 +690,16 @@ def _check_route(session: Session, team: str, to: str, sender: str) -> str:
         return MessageColor.SYSTEM.value
     if sender not in rows:
         raise InboxError(f"unknown sender: team {team!r} has no member named {sender!r}")
+    _check_sender_active(rows[sender], team)
     return rows[sender].color
+
+
+def _check_sender_active(member: Member, team: str) -> None:
+    """A shut-down (inactive) member sends nothing; refused naming its state."""
+    if not member.is_active:
+        raise InboxError(
+            f"cannot send: sender {member.name!r} of team {team!r} is shut down (inactive)"
+        )
 
 
 def _sender_color(session: Session, team: str, sender: str) -> str:
@@ -698,9 +707,11 @@ def _sender_color(session: Session, team: str, sender: str) -> str:
     if sender == "system":
         return MessageColor.SYSTEM.value
     try:
-        return get_member(session, team, sender).color
+        member = get_member(session, team, sender)
     except ValueError as exc:
         raise InboxError(f"unknown sender: {exc}") from None
+    _check_sender_active(member, team)
+    return member.color
 
 
 def _bump(session: Session, team: str, member: str, *, appended: bool, by: int = 1) -> int:

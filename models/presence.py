@@ -32,7 +32,10 @@ def team_state(team: str, *, session: Session | None = None) -> dict[str, Any]:
 
 
 def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | None = None) -> Any:
-    """Records that a member is alive: its `agent_state` row's status and `last_heartbeat`."""
+    """Records that a member is alive: its `agent_state` row's status and `last_heartbeat`.
+
+    A shut-down (inactive) member may only report `offline`; anything else is refused.
+    """
     try:
         status = AgentStateStatus(status).value
     except ValueError:
@@ -40,6 +43,11 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
         raise TeamError(f"status {status!r} is not one of {choices}") from None
     with session_scope(session) as s:
         member = get_member(s, team, name)
+        if not member.is_active and status != AgentStateStatus.OFFLINE.value:
+            raise TeamError(
+                f"member {name!r} of team {team!r} is shut down (inactive): "
+                f"it cannot report {status!r}, only offline"
+            )
         state = s.get(AgentStateRow, member.agent_id)
         now = utcnow()
         if state is None:

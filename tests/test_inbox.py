@@ -124,6 +124,22 @@ def test_message_to_a_shut_down_member_is_refused(home: Path) -> None:
         inbox.send(TEAM, to="analyst-1", sender="coordinator", text="still there?")
 
 
+def test_a_shut_down_member_sends_nothing_and_reports_no_work(home: Path) -> None:
+    research_team()
+    teams.set_member(TEAM, "analyst-1", is_active=False)
+    before = inbox.unread_count(TEAM, "coordinator")
+    with pytest.raises(InboxError, match=r"sender 'analyst-1' .* is shut down"):
+        inbox.send(TEAM, to="coordinator", sender="analyst-1", text="one more thing")
+    with pytest.raises(InboxError, match=r"sender 'analyst-1' .* is shut down"):
+        inbox.broadcast(TEAM, sender="analyst-1", text="to everyone")
+    with pytest.raises(InboxError, match=r"sender 'analyst-1' .* is shut down"):
+        inbox.send_many(TEAM, [{"to": "coordinator", "sender": "analyst-1", "text": "x"}])
+    assert inbox.unread_count(TEAM, "coordinator") == before
+    with pytest.raises(TeamError, match=r"'analyst-1' .* is shut down .* 'thinking'"):
+        presence.heartbeat(TEAM, "analyst-1", status="thinking")
+    assert presence.heartbeat(TEAM, "analyst-1", status="offline").status == "offline"
+
+
 def test_oversized_message_is_refused(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     research_team()
     with pytest.raises(InboxError, match="over the limit"):
