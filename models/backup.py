@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 import uuid
 from datetime import datetime
@@ -181,7 +182,9 @@ def backup(name: str, out: Path, *, session: Session | None = None) -> Path:
         rows = _team_rows(s, name)
     dump = {"format": BACKUP_FORMAT, "team": name, "created": utcnow().isoformat(), "rows": rows}
     root = mirror.home()
-    with tarfile.open(out, "w:gz") as tar:
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mirror.FILE_MODE)
+    os.fchmod(fd, mirror.FILE_MODE)  # private, like everything under teams/ and tasks/
+    with os.fdopen(fd, "wb") as file, tarfile.open(fileobj=file, mode="w:gz") as tar:
         for folder in (mirror.team_dir(name), mirror.tasks_dir(name)):
             if folder.exists():
                 tar.add(folder, arcname=str(folder.relative_to(root)), filter=_no_links)

@@ -384,6 +384,16 @@ def test_backup_delete_restore_reproduces_the_team(tmp_path: Path, home: Path) -
     assert snapshot(home) == before
 
 
+def test_a_backup_archive_is_private(tmp_path: Path, home: Path) -> None:
+    populate(tmp_path, home)
+    old = os.umask(0o022)
+    try:
+        archive = backup.backup(TEAM, tmp_path / "team.tar.gz")
+    finally:
+        os.umask(old)
+    assert archive.stat().st_mode & 0o777 == 0o600
+
+
 def test_restore_refuses_an_existing_team_unless_forced(tmp_path: Path, home: Path) -> None:
     populate(tmp_path, home)
     before = snapshot(home)
