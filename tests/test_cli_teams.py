@@ -316,6 +316,41 @@ def test_other_bad_input_is_one_line_and_writes_nothing(
     assert everything(home) == before
 
 
+def refused_json(result: subprocess.CompletedProcess, kind: str, *fragments: str, code: int = 1):
+    """A refusal with `--json`: the one line on stderr, and the `001` error envelope on stdout."""
+    from models.api import ApiResponseAdapter, ErrorResponse
+
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    [line] = result.stderr.splitlines()
+    envelope = json.loads(result.stdout)
+    assert set(envelope) == {"status", "error", "message", "details"}
+    parsed = ApiResponseAdapter.validate_python(envelope)
+    assert isinstance(parsed, ErrorResponse)
+    assert (parsed.status, parsed.error) == ("error", kind)
+    assert line == f"teamflow: error: {parsed.message}"
+    assert parsed.details == {"exit_code": code}
+    for fragment in fragments:
+        assert fragment in parsed.message, (fragment, parsed.message)
+
+
+def test_json_errors_are_the_001_error_envelope_on_stdout(env: dict[str, str]) -> None:
+    research_team()
+    refused_json(teamflow(env, "team", "show", "no-such-team", "--json"), "TeamError", "no-such")
+    refused_json(
+        teamflow(env, "team", "settings", TEAM, "--plan-timeout", "nan", "--json"),
+        "ValidationError",
+        "--plan-timeout",
+    )
+    refused_json(
+        teamflow(env, "msg", "send", TEAM, "--to", "analyst-1", "--json"),
+        "UsageError",
+        "Missing option",
+        code=2,
+    )
+    # Without --json, stdout stays empty.
+    refused(teamflow(env, "team", "show", "no-such-team"), "no-such-team")
+
+
 NOT_NUMBERS = ["nan", "inf", "-inf", "1e300", "-5"]
 
 

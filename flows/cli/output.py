@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable
 from typing import Annotated, NoReturn
 
@@ -12,9 +13,29 @@ import typer
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
+def json_requested(argv: list[str] | None = None) -> bool:
+    """True when the command line asks for `--json` (before any `--`)."""
+    args = sys.argv[1:] if argv is None else argv
+    return "--json" in (args[: args.index("--")] if "--" in args else args)
+
+
+def error(message: str, *, code: int = 1, kind: str = "Error") -> None:
+    """Reports a failure: `teamflow: error: message` (one line) on stderr; with `--json`
+    also the `001` error envelope on stdout (one line), so scripts can read it:
+    `{"status": "error", "error": kind, "message": ..., "details": {"exit_code": code}}`.
+    """
+    line = " ".join(str(message).split()) or kind
+    typer.echo(f"teamflow: error: {line}", err=True)
+    if json_requested():
+        from models.api import ErrorResponse
+
+        envelope = ErrorResponse(error=kind, message=line, details={"exit_code": code})
+        typer.echo(json.dumps(envelope.to_wire(), ensure_ascii=False))
+
+
 def fail(message: str, code: int = 1, *, kind: str = "Error") -> NoReturn:
-    """Prints `teamflow: error: message` (one line) on stderr and exits with `code`."""
-    typer.echo(f"teamflow: error: {' '.join(message.split())}", err=True)
+    """Reports `message` (see `error`) and exits with `code`."""
+    error(message, code=code, kind=kind)
     raise typer.Exit(code)
 
 
