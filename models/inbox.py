@@ -35,6 +35,7 @@ from models.base import (
     utcnow,
 )
 from models.db import session_scope
+from models.limits import LimitError, loads_json, read_capped
 from models.mirror import mark
 from models.notification import Message, NotificationAdapter
 from models.team import Member, get_member, get_team, list_members
@@ -853,7 +854,9 @@ def take_in(team: str, member: str, path: Path) -> tuple[int, int]:
     refused whole, naming the file, the entry and the field.
     """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(read_capped(path).decode("utf-8"), what=str(path))
+    except LimitError as exc:
+        raise SyncError(str(exc)) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise SyncError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(data, list):

@@ -351,6 +351,15 @@ def test_json_errors_are_the_001_error_envelope_on_stdout(env: dict[str, str]) -
     refused(teamflow(env, "team", "show", "no-such-team"), "no-such-team")
 
 
+def test_validate_refuses_endless_huge_or_deeply_nested_input_in_one_line(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    refused(teamflow(env, "validate", "/dev/zero"), "/dev/zero: larger than teamflow's limit")
+    refused(teamflow(env, "validate", str(deep)), f"{deep}: nested deeper than 100 levels")
+
+
 NOT_NUMBERS = ["nan", "inf", "-inf", "1e300", "-5"]
 
 

@@ -371,6 +371,31 @@ def test_sync_refuses_a_malformed_inbox_file_naming_the_entry(home: Path) -> Non
     assert len(inbox.messages(TEAM, "analyst-1")) == 1
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 100 levels"),
+        (b'[{"x": "' + b"a" * 4096 + b'"}]', "larger than teamflow's limit of 1024 bytes"),
+    ],
+    ids=["deeply nested", "over the size cap"],
+)
+def test_sync_refuses_an_inbox_file_beyond_the_limits_in_one_line(
+    home: Path, monkeypatch: pytest.MonkeyPatch, content: bytes, message: str
+) -> None:
+    from models import limits
+
+    research_team()
+    if "larger" in message:
+        monkeypatch.setattr(limits, "MAX_JSON_BYTES", 1024)
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    path.write_bytes(content)
+    with pytest.raises(inbox.SyncError, match=message) as refused:
+        inbox.sync(TEAM)
+    assert str(refused.value).startswith(str(path))
+    assert len(str(refused.value).splitlines()) == 1
+    assert len(inbox.messages(TEAM, "analyst-1")) == 1
+
+
 def test_send_many_delivers_in_order_with_one_file_write_per_inbox(home: Path) -> None:
     research_team()
     batch = [
