@@ -9,6 +9,7 @@ extracting anything, and refuse nesting deeper than `MAX_JSON_DEPTH`, each with 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -54,13 +55,24 @@ def read_capped(path: Path | str, cap: int | None = None, *, what: str | None = 
 
 
 def loads_json(data: bytes | str, *, what: str) -> Any:
-    """`json.loads`, refusing (`LimitError`) nesting deeper than `MAX_JSON_DEPTH`.
+    """`json.loads`, refusing (`LimitError`) nesting deeper than `MAX_JSON_DEPTH` and
+    numbers that are not finite (`NaN`, `Infinity`, `1e400`).
 
     Other malformed JSON raises `ValueError` (`json.JSONDecodeError`) or
     `UnicodeDecodeError`, as `json.loads` does.
     """
+
+    def not_finite(token: str) -> float:
+        raise LimitError(f"{what}: {token} is not a JSON number (numbers must be finite)")
+
+    def finite(text: str) -> float:
+        number = float(text)
+        if not math.isfinite(number):
+            not_finite(text)
+        return number
+
     try:
-        value = json.loads(data)
+        value = json.loads(data, parse_constant=not_finite, parse_float=finite)
     except RecursionError:
         raise LimitError(f"{what}: nested deeper than {MAX_JSON_DEPTH} levels") from None
     check_depth(value, what=what)

@@ -290,6 +290,12 @@ MALFORMED = {
         _write("inboxes/analyst-1.json", '[{"a": ' * 150 + "1" + "}]" * 150),
         r"in/inboxes/analyst-1\.json: nested deeper than 100 levels",
     ),
+    "NaN in an inbox file": (
+        _edit(
+            "inboxes/analyst-1.json", lambda e: [*e[:1], {**e[1], "metadata": {"x": float("nan")}}]
+        ),
+        r"in/inboxes/analyst-1\.json: NaN is not a JSON number",
+    ),
     "symlinked inbox": (
         _symlink("inboxes/analyst-1.json"),
         r"in/inboxes/analyst-1\.json: a symlink; refusing to follow it",

@@ -360,6 +360,19 @@ def test_validate_refuses_endless_huge_or_deeply_nested_input_in_one_line(
     refused(teamflow(env, "validate", str(deep)), f"{deep}: nested deeper than 100 levels")
 
 
+def test_task_params_must_be_finite_shallow_json(env: dict[str, str], home: Path) -> None:
+    research_team()
+    before = everything(home)
+    for params, message in [
+        ('{"x": NaN}', "--params: NaN is not a JSON number"),
+        ('{"x": 1e400}', "--params: 1e400 is not a JSON number"),
+        ('{"x": -Infinity}', "--params: -Infinity is not a JSON number"),
+        ('{"x": ' + "[" * 50_000 + "]" * 50_000 + "}", "--params: nested deeper than 100"),
+    ]:
+        refused(teamflow(env, "task", "create", TEAM, "--title", "t", "--params", params), message)
+    assert everything(home) == before
+
+
 NOT_NUMBERS = ["nan", "inf", "-inf", "1e300", "-5"]
 
 
