@@ -34,6 +34,9 @@ from urllib.parse import urlsplit
 from flows import runner
 from models import db
 
+PRIVATE_MODE = 0o600
+PRIVATE_UMASK = 0o077  # what the server and worker create (prefect.db, logs) is theirs alone
+
 POOL = "teamflow"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CRASH_AUTOMATION = "teamflow: crash runs without heartbeats"
@@ -185,7 +188,9 @@ def check_database(url: str, what: str) -> None:
     parsed = sa.make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            path = Path(parsed.database).expanduser()
+            # Created private (0600), so SQLite's -wal and -shm files are private too.
+            db.private_sqlite_file(parsed.set(database=str(path)).render_as_string(False))
         return
     sync_url = parsed.set(drivername=f"{parsed.get_backend_name()}+psycopg")
     engine = sa.create_engine(sync_url, connect_args={"connect_timeout": 5}, poolclass=sa.NullPool)
@@ -238,7 +243,7 @@ def start_server(api: str, bind_host: str, home: Path, echo: Callable[[str], Non
              "--host", bind_host, "--port", str(port), "--analytics-off"],
             env=server_env(api, bind_host, port, database_url),
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, cwd=home,
+            start_new_session=True, cwd=home, umask=PRIVATE_UMASK,
         )  # fmt: skip
     child = Child("server", process, log, detail=f"database {db.redact(database_url)}")
     echo(f"starting the Prefect server on {bind_host}:{port} (log: {log})")
@@ -418,6 +423,7 @@ def start_worker(api: str, home: Path, pool: str = POOL) -> Child:
             [sys.executable, "-m", "flows.cli", "worker", "--pool", pool, "--name", name],
             env=child_env(api), stdin=subprocess.DEVNULL, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_ROOT,
+            umask=PRIVATE_UMASK,
         )  # fmt: skip
     child = Child("worker", process, log, detail=f"{name!r} on pool {pool}")
     try:
@@ -567,9 +573,13 @@ def _supervise(state: Up) -> None:
 
 
 def _log_path(home: Path, name: str) -> Path:
+    """`home/logs/name`, created private (0600 in a 0700 folder) if it is not there."""
     logs = home / "logs"
     logs.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return logs / name
+    path = logs / name
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_MODE))
+    os.chmod(path, PRIVATE_MODE)
+    return path
 
 
 def _last_error(log: Path) -> str:

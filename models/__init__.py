@@ -3,7 +3,7 @@
 Layered bottom-up; a module imports only modules of lower layers (`tests/test_layers.py`
 checks that no import, lazy ones included, closes a circle):
 
-1. `base`, `wire_support`, `db`, `team_settings`: import nothing of teamflow
+1. `base`, `wire_support`, `db`, `team_settings`, `limits`: import nothing of teamflow
 2. `mirror` (the files beside the rows), `tool`, `knowledge`, `api`
 3. `team` (teams and members, rows only), `agent`
 4. `task`

@@ -25,7 +25,13 @@ from models.base import format_timestamp, utc_column, utcnow
 from models.db import session_scope
 from models.inbox import PlanApprovalRequest, PlanApprovalResponse, send, send_payload
 from models.team import Member, get_member, get_team
-from models.team_settings import ApprovalError, ApprovalSettings, TimeoutPolicy
+from models.team_settings import (
+    SECONDS_RANGE,
+    ApprovalError,
+    ApprovalSettings,
+    TimeoutPolicy,
+    is_seconds,
+)
 
 SYSTEM = "system"
 """Who decides when nobody did: timeouts and policies, and the sender of their messages."""
@@ -215,8 +221,8 @@ def request_plan(
         )
         now = utcnow()
         timeout_s = config.timeout_s if timeout is None else float(timeout)
-        if timeout_s <= 0:
-            raise ApprovalError(f"timeout must be positive, not {timeout_s:g}")
+        if not is_seconds(timeout_s):
+            raise ApprovalError(f"timeout must be {SECONDS_RANGE}, not {timeout_s:g}")
         deadline = now + timedelta(seconds=timeout_s)
         hard_deadline = None
         if chosen is TimeoutPolicy.ESCALATE:

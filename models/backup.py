@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tarfile
 import uuid
 from datetime import datetime
@@ -24,10 +25,11 @@ import sqlalchemy as sa
 from pydantic import TypeAdapter, ValidationError
 from sqlmodel import Session
 
-from models import mirror
+from models import limits, mirror
 from models.base import UTCDateTime, check_member_name, check_team_name, utcnow
 from models.db import session_scope
 from models.inbox import InboxCounter, InboxMessage, InboxRow, refresh_file
+from models.limits import LimitError, loads_json, read_capped
 from models.membership import delete_team
 from models.tables import clear_rows, metadata, team_rows
 from models.team import Member, Team, TeamConfig, TeamError, _write_config, config_of, get_team
@@ -47,9 +49,13 @@ class BackupError(ValueError):
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads_json(read_capped(path).decode("utf-8"), what=str(path))
     except FileNotFoundError:
         raise BackupError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise BackupError(f"{path}: a folder, not a file") from None
+    except LimitError as exc:
+        raise BackupError(str(exc)) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BackupError(f"{path}: not valid JSON: {exc}") from None
 
@@ -181,7 +187,9 @@ def backup(name: str, out: Path, *, session: Session | None = None) -> Path:
         rows = _team_rows(s, name)
     dump = {"format": BACKUP_FORMAT, "team": name, "created": utcnow().isoformat(), "rows": rows}
     root = mirror.home()
-    with tarfile.open(out, "w:gz") as tar:
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mirror.FILE_MODE)
+    os.fchmod(fd, mirror.FILE_MODE)  # private, like everything under teams/ and tasks/
+    with os.fdopen(fd, "wb") as file, tarfile.open(fileobj=file, mode="w:gz") as tar:
         for folder in (mirror.team_dir(name), mirror.tasks_dir(name)):
             if folder.exists():
                 tar.add(folder, arcname=str(folder.relative_to(root)), filter=_no_links)
@@ -213,15 +221,19 @@ def restore(archive: Path, *, force: bool = False) -> str:
     except (OSError, tarfile.TarError) as exc:
         raise BackupError(f"{archive}: not a teamflow backup: {exc}") from None
     with tar:
+        infos = _sized_members(tar, archive)  # sizes checked before anything is extracted
+        dump_info = next((i for i in infos if i.name == DUMP and i.isfile()), None)
         try:
-            dump = json.loads(tar.extractfile(DUMP).read())  # type: ignore[union-attr]
-        except (KeyError, AttributeError, ValueError):
+            dump = loads_json(tar.extractfile(dump_info).read(), what=f"{archive}: {DUMP}")  # type: ignore[union-attr, arg-type]
+        except LimitError as exc:
+            raise BackupError(str(exc)) from None
+        except (KeyError, AttributeError, ValueError, tarfile.TarError, OSError, EOFError):
             raise BackupError(f"{archive}: has no readable {DUMP}") from None
         if not isinstance(dump, dict) or dump.get("format") != BACKUP_FORMAT:
             found = dump.get("format") if isinstance(dump, dict) else None
             raise BackupError(f"{archive}: backup format {found!r} is unknown")
         name = check_team_name(str(dump.get("team", "")))
-        members = _checked_members(tar, name, archive)
+        members = _checked_members(infos, name, archive)
         rows_by_table = _checked_rows(dump.get("rows"), name, archive)
         # One transaction: the old team goes only if the backup's rows go in.
         try:
@@ -240,8 +252,9 @@ def restore(archive: Path, *, force: bool = False) -> str:
                             [{k: _from_json(table.c[k], v) for k, v in r.items()} for r in rows],
                         )
                         _advance_id_sequence(s, table)
+                _check_restored_config(s, name, archive)
         except (sa.exc.StatementError, TypeError, ValueError) as exc:
-            if isinstance(exc, TeamError):
+            if isinstance(exc, TeamError | BackupError):
                 raise
             reason = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["?"])[0]
             raise BackupError(f"{archive}: its rows cannot be restored: {reason}") from None
@@ -257,6 +270,35 @@ def restore(archive: Path, *, force: bool = False) -> str:
     for member in dump["rows"].get("members", []):
         refresh_file(name, member["name"])
     return name
+
+
+def _check_restored_config(session: Session, team: str, archive: Path) -> None:
+    """Refuses restored rows that do not make a valid `config.json`, naming the field.
+
+    Runs inside the restore's transaction, before its commit: a refusal writes nothing.
+    """
+    row = session.exec(
+        sa.select(Team).where(Team.name == team).execution_options(populate_existing=True)
+    ).scalar_one_or_none()
+    if row is None:
+        raise BackupError(f"{archive}: {DUMP} has no row of team {team!r}")
+    members = list(
+        session.exec(
+            sa.select(Member)
+            .where(Member.team == team)
+            .order_by(Member.position)
+            .execution_options(populate_existing=True)
+        ).scalars()
+    )
+    for i, member in enumerate(members):
+        try:
+            member.to_wire()
+        except ValidationError as exc:
+            raise BackupError(f"{archive}: {DUMP}: members[{i}].{error_lines(exc)[0]}") from None
+    try:
+        row.to_wire(members)
+    except ValidationError as exc:
+        raise BackupError(f"{archive}: {DUMP}: {error_lines(exc)[0]}") from None
 
 
 def _checked_rows(rows: Any, team: str, archive: Path) -> dict[str, list[dict[str, Any]]]:
@@ -315,10 +357,42 @@ def _advance_id_sequence(session: Session, table: sa.Table) -> None:
         )
 
 
-def _checked_members(tar: tarfile.TarFile, team: str, archive: Path) -> list[tarfile.TarInfo]:
+def _sized_members(tar: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
+    """The archive's members, if their count and sizes are within teamflow's limits.
+
+    Reads the headers only (one pass over the stream); nothing is extracted or kept.
+    """
+    infos: list[tarfile.TarInfo] = []
+    total = 0
+    try:
+        while (info := tar.next()) is not None:
+            if len(infos) >= limits.MAX_ARCHIVE_MEMBERS:
+                raise BackupError(
+                    f"{archive}: more than teamflow's limit of {limits.MAX_ARCHIVE_MEMBERS} files"
+                )
+            if info.size > limits.MAX_ARCHIVE_MEMBER_BYTES:
+                raise BackupError(
+                    f"{archive}: member {info.name!r} is {info.size} bytes, over teamflow's "
+                    f"limit of {limits.MAX_ARCHIVE_MEMBER_BYTES} bytes"
+                )
+            total += info.size
+            if total > limits.MAX_ARCHIVE_BYTES:
+                raise BackupError(
+                    f"{archive}: its files are over teamflow's limit of "
+                    f"{limits.MAX_ARCHIVE_BYTES} bytes together"
+                )
+            infos.append(info)
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise BackupError(f"{archive}: not a teamflow backup: {exc}") from None
+    return infos
+
+
+def _checked_members(
+    infos: list[tarfile.TarInfo], team: str, archive: Path
+) -> list[tarfile.TarInfo]:
     allowed = (f"teams/{team}", f"tasks/{team}")
     members = []
-    for info in tar.getmembers():
+    for info in infos:
         if info.name == DUMP:
             continue
         path = Path(info.name)

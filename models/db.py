@@ -8,6 +8,7 @@ mode with a busy timeout so several processes can write; PostgreSQL needs only a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from collections.abc import Iterator
@@ -84,12 +85,34 @@ def _on_sqlite_begin(conn) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+PRIVATE_FILE_MODE = 0o600
+
+
+def private_sqlite_file(url: str) -> Path | None:
+    """Makes the file of a SQLite `url` private (0600) before SQLite opens it.
+
+    A missing file is created empty with mode 0600 (an empty file is an empty database);
+    SQLite gives its `-wal` and `-shm` files the database file's mode. Files made
+    readable by others before are made private again. Returns the path, None for memory.
+    """
+    path = sa.make_url(url).database
+    if not path or path == ":memory:" or path.startswith("file:"):
+        return None
+    file = Path(path)
+    file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
+    for each in (file, Path(f"{file}-wal"), Path(f"{file}-shm")):
+        with contextlib.suppress(OSError):
+            if each.stat().st_uid == os.getuid() and each.stat().st_mode & 0o077:
+                each.chmod(PRIVATE_FILE_MODE)
+    return file
+
+
 def make_engine(url: str) -> sa.Engine:
     """A new engine for `url`; SQLite gets WAL, a busy timeout and foreign keys."""
     if url.startswith("sqlite"):
-        path = sa.make_url(url).database
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_sqlite_file(url)
         engine = sa.create_engine(
             url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}
         )

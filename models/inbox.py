@@ -35,6 +35,7 @@ from models.base import (
     utcnow,
 )
 from models.db import session_scope
+from models.limits import LimitError, loads_json, read_capped
 from models.mirror import mark
 from models.notification import Message, NotificationAdapter
 from models.team import Member, get_member, get_team, list_members
@@ -690,7 +691,16 @@ def _check_route(session: Session, team: str, to: str, sender: str) -> str:
         return MessageColor.SYSTEM.value
     if sender not in rows:
         raise InboxError(f"unknown sender: team {team!r} has no member named {sender!r}")
+    _check_sender_active(rows[sender], team)
     return rows[sender].color
+
+
+def _check_sender_active(member: Member, team: str) -> None:
+    """A shut-down (inactive) member sends nothing; refused naming its state."""
+    if not member.is_active:
+        raise InboxError(
+            f"cannot send: sender {member.name!r} of team {team!r} is shut down (inactive)"
+        )
 
 
 def _sender_color(session: Session, team: str, sender: str) -> str:
@@ -698,9 +708,11 @@ def _sender_color(session: Session, team: str, sender: str) -> str:
     if sender == "system":
         return MessageColor.SYSTEM.value
     try:
-        return get_member(session, team, sender).color
+        member = get_member(session, team, sender)
     except ValueError as exc:
         raise InboxError(f"unknown sender: {exc}") from None
+    _check_sender_active(member, team)
+    return member.color
 
 
 def _bump(session: Session, team: str, member: str, *, appended: bool, by: int = 1) -> int:
@@ -842,7 +854,9 @@ def take_in(team: str, member: str, path: Path) -> tuple[int, int]:
     refused whole, naming the file, the entry and the field.
     """
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(read_capped(path).decode("utf-8"), what=str(path))
+    except LimitError as exc:
+        raise SyncError(str(exc)) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise SyncError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(data, list):

@@ -28,6 +28,7 @@ from typing import Any
 
 from models.base import check_member_name, check_team_name
 from models.db import settings
+from models.limits import read_capped
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -178,14 +179,17 @@ class FileState:
         )
 
 
+STATE_FILE_CAP = 4096  # a state file is a few numbers; anything bigger is not ours
+
+
 def _state_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.state")
 
 
 def read_state(path: Path) -> FileState | None:
     try:
-        return FileState(**json.loads(_state_path(path).read_text()))
-    except (FileNotFoundError, ValueError, TypeError):
+        return FileState(**json.loads(read_capped(_state_path(path), STATE_FILE_CAP)))
+    except (OSError, ValueError, TypeError, RecursionError):
         return None
 
 

@@ -42,6 +42,7 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
 
     The lead is told (`status_update`) when the member's activity changes, and when a member
     that was offline is back.
+    A shut-down (inactive) member may only report `offline`; anything else is refused.
     """
     try:
         status = AgentStateStatus(status).value
@@ -50,6 +51,11 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
         raise TeamError(f"status {status!r} is not one of {choices}") from None
     with session_scope(session) as s:
         member = get_member(s, team, name)
+        if not member.is_active and status != AgentStateStatus.OFFLINE.value:
+            raise TeamError(
+                f"member {name!r} of team {team!r} is shut down (inactive): "
+                f"it cannot report {status!r}, only offline"
+            )
         state = s.get(AgentStateRow, member.agent_id)
         now = utcnow()
         before = None

@@ -22,7 +22,7 @@ from models.db import session_scope
 from models.inbox import InboxRow, ShutdownRequest, send_payload
 from models.task import TaskMetricsRow, TaskStatusRow
 from models.team import Member, get_member, get_team, set_member
-from models.team_settings import ApprovalSettings
+from models.team_settings import SECONDS_RANGE, ApprovalSettings, is_seconds
 
 
 class ShutdownStatus(StrEnum):
@@ -138,8 +138,8 @@ def request_shutdown(
                 return existing
         _checked_shutdown(s, team_row, member)
         timeout_s = ApprovalSettings.of(team_row).shutdown_timeout_s if timeout is None else timeout
-        if timeout_s <= 0:
-            raise ShutdownError(f"timeout must be positive, not {timeout_s:g}")
+        if not is_seconds(timeout_s):
+            raise ShutdownError(f"timeout must be {SECONDS_RANGE}, not {timeout_s!r}")
         now = utcnow()
         row = Shutdown(
             request_id=request_id or new_shutdown_id(),

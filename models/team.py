@@ -43,7 +43,7 @@ from models.base import (
 )
 from models.db import session_scope
 from models.mirror import mark
-from models.team_settings import ApprovalSettings
+from models.team_settings import ApprovalSettings, check_setting
 from models.wire_support import error_lines
 
 DEFAULT_MODELS = ("haiku", "sonnet", "opus")
@@ -555,10 +555,8 @@ def update_settings(team: str, changes: dict[str, Any], *, session: Session | No
             check_member_name(name)
         except ValueError as exc:
             raise ValueError(f"setting approvers: {exc}") from None
-    for key in ("concurrency", "plan_max_revisions"):
-        value = changes.get(key)
-        if value is not None and (isinstance(value, bool) or value != int(value) or value < 1):
-            raise ValueError(f"setting {key} must be a whole number of at least 1, not {value}")
+    for key, value in changes.items():
+        check_setting(key, value)  # finite and in range: NaN, inf, 1e300 never stored
     with session_scope(session) as s:
         row = get_team(s, team)
         merged = {**(row.settings or {}), **changes}

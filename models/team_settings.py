@@ -31,6 +31,48 @@ DEFAULT_OFFLINE_AFTER_S = 300.0
 MAX_OFFLINE_AFTER_S = 7 * 24 * 3600.0
 """The longest `offline_after_seconds` teamflow accepts: a week."""
 
+MAX_SECONDS = 366 * 24 * 3600.0
+"""The longest timeout teamflow takes (a year and a day): beyond it a deadline is no deadline."""
+MAX_COUNT = 1000
+"""The largest count setting (`concurrency`, `plan_max_revisions`, a worker's `--limit`)."""
+
+SECONDS_RANGE = f"a finite number of seconds greater than 0 and at most {MAX_SECONDS:g}"
+COUNT_RANGE = f"a whole number from 1 to {MAX_COUNT}"
+
+SECONDS_SETTINGS = ("plan_timeout_seconds", "plan_escalation_seconds", "shutdown_timeout_seconds")
+COUNT_SETTINGS = ("concurrency", "plan_max_revisions")
+
+
+def is_seconds(value: Any) -> bool:
+    """True for a number of seconds teamflow takes: finite, > 0, at most `MAX_SECONDS`."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and 0 < value <= MAX_SECONDS
+    )
+
+
+def is_count(value: Any) -> bool:
+    """True for a count teamflow takes: a whole number from 1 to `MAX_COUNT`."""
+    return (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and value == int(value)
+        and 1 <= value <= MAX_COUNT
+    )
+
+
+def check_setting(key: str, value: Any) -> None:
+    """Refuses (`ApprovalError`, one line naming `key`) a numeric setting out of its range."""
+    if value is None:
+        return
+    if key in SECONDS_SETTINGS and not is_seconds(value):
+        raise ApprovalError(f"setting {key} must be {SECONDS_RANGE}, not {value!r}")
+    if key in COUNT_SETTINGS and not is_count(value):
+        raise ApprovalError(f"setting {key} must be {COUNT_RANGE}, not {value!r}")
+
 
 class ApprovalError(ValueError):
     """A refused approval operation; the message is one line for the user."""
@@ -99,6 +141,10 @@ def _positive(team: str, raw: dict[str, Any], key: str, default: Any) -> Any:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ApprovalError(f"team {team}: setting {key} must be a positive number, not {value!r}")
+    try:
+        check_setting(key, value)
+    except ApprovalError as exc:
+        raise ApprovalError(f"team {team}: {exc}") from None
     return float(value)
 
 

@@ -278,6 +278,24 @@ MALFORMED = {
         _write("inboxes/..json", "[]"),
         r"in/inboxes/\.\.json: '\.' is not a member name",
     ),
+    "member named ../../../../tmp/x": (
+        _edit("config.json", _member(2, name="../../../../tmp/x")),
+        r"in/config\.json: members\[2\]\.name: '\.\./\.\./\.\./\.\./tmp/x' is not a member",
+    ),
+    "config nested too deep": (
+        _write("config.json", "[" * 100_000 + "]" * 100_000),
+        r"in/config\.json: nested deeper than 100 levels",
+    ),
+    "inbox file nested too deep": (
+        _write("inboxes/analyst-1.json", '[{"a": ' * 150 + "1" + "}]" * 150),
+        r"in/inboxes/analyst-1\.json: nested deeper than 100 levels",
+    ),
+    "NaN in an inbox file": (
+        _edit(
+            "inboxes/analyst-1.json", lambda e: [*e[:1], {**e[1], "metadata": {"x": float("nan")}}]
+        ),
+        r"in/inboxes/analyst-1\.json: NaN is not a JSON number",
+    ),
     "symlinked inbox": (
         _symlink("inboxes/analyst-1.json"),
         r"in/inboxes/analyst-1\.json: a symlink; refusing to follow it",
@@ -378,6 +396,16 @@ def test_backup_delete_restore_reproduces_the_team(tmp_path: Path, home: Path) -
     assert snapshot(home) == before
     assert inbox.sync(TEAM) == {"coordinator": (0, 0), "analyst-1": (0, 0), "analyst-2": (0, 0)}
     assert snapshot(home) == before
+
+
+def test_a_backup_archive_is_private(tmp_path: Path, home: Path) -> None:
+    populate(tmp_path, home)
+    old = os.umask(0o022)
+    try:
+        archive = backup.backup(TEAM, tmp_path / "team.tar.gz")
+    finally:
+        os.umask(old)
+    assert archive.stat().st_mode & 0o777 == 0o600
 
 
 def test_restore_refuses_an_existing_team_unless_forced(tmp_path: Path, home: Path) -> None:
@@ -499,6 +527,17 @@ def _unknown_column(dump: dict) -> None:
     dump["rows"]["teams"][0]["owner"] = "mallory"
 
 
+def _member_named(name: str) -> Callable[[dict], None]:
+    """Renames the member at position 2 in the dump's rows (its config.json name)."""
+
+    def change(dump: dict) -> None:
+        for row in dump["rows"]["members"]:
+            if row["position"] == 2:
+                row["name"] = name
+
+    return change
+
+
 EVIL = "evil.txt"  # every archive below tries to put this next to TEAMFLOW_HOME
 
 BAD_ARCHIVES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
@@ -534,6 +573,19 @@ BAD_ARCHIVES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
         "has no readable teamflow-backup.json",
     ),
     "rows of another team": (_dump_with(_other_team_row), "another team"),
+    "dump nested too deep": (
+        lambda path, good: build_archive(
+            path,
+            good,
+            [_file(backup.DUMP, b"[" * 100_000 + b"]" * 100_000)],
+            keep=lambda i: i.name != backup.DUMP,
+        ),
+        "teamflow-backup.json: nested deeper than 100 levels",
+    ),
+    "member named ../../../../tmp/x": (
+        _dump_with(_member_named("../../../../tmp/x")),
+        r"members\[2\]\.name: '\.\./\.\./\.\./\.\./tmp/x' is not a member name",
+    ),
     "unknown column": (_dump_with(_unknown_column), "teams has no column 'owner'"),
     "not an archive": (
         lambda path, _good: (path.write_text('{"team": "research-team"}'), path)[1],
@@ -559,3 +611,31 @@ def test_restore_refuses_an_unsafe_archive_and_writes_nothing(
     assert (row_counts(), files_under(tmp_path)) == before
     assert not (tmp_path / EVIL).exists()
     assert not os.path.lexists(home.parent / EVIL)
+
+
+def test_restore_checks_member_sizes_before_extracting_anything(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from models import limits
+
+    populate(tmp_path, home)
+    good = backup.backup(TEAM, tmp_path / "good.tar.gz")
+    membership.delete_team(TEAM)
+    big = build_archive(
+        tmp_path / "big.tar.gz", good, [_file(f"tasks/{TEAM}/analyst-1/big.bin", b"\0" * 65536)]
+    )
+    before = row_counts(), files_under(tmp_path)
+    monkeypatch.setattr(limits, "MAX_ARCHIVE_MEMBER_BYTES", 1024 * 1024)
+    monkeypatch.setattr(limits, "MAX_ARCHIVE_BYTES", 1024 * 1024)
+    for cap, value, message in [
+        ("MAX_ARCHIVE_MEMBER_BYTES", 32768, "big.bin' is 65536 bytes, over teamflow's limit"),
+        ("MAX_ARCHIVE_BYTES", 65536, "files are over teamflow's limit of 65536 bytes together"),
+        ("MAX_ARCHIVE_MEMBERS", 2, "more than teamflow's limit of 2 files"),
+    ]:
+        with monkeypatch.context() as m:
+            m.setattr(limits, cap, value)
+            with pytest.raises(BackupError, match=message) as refused:
+                backup.restore(big)
+        assert len(str(refused.value).splitlines()) == 1
+        assert (row_counts(), files_under(tmp_path)) == before
+    assert backup.restore(big) == TEAM  # within the limits it restores

@@ -319,6 +319,119 @@ def test_other_bad_input_is_one_line_and_writes_nothing(
     assert everything(home) == before
 
 
+def refused_json(result: subprocess.CompletedProcess, kind: str, *fragments: str, code: int = 1):
+    """A refusal with `--json`: the one line on stderr, and the `001` error envelope on stdout."""
+    from models.api import ApiResponseAdapter, ErrorResponse
+
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    [line] = result.stderr.splitlines()
+    envelope = json.loads(result.stdout)
+    assert set(envelope) == {"status", "error", "message", "details"}
+    parsed = ApiResponseAdapter.validate_python(envelope)
+    assert isinstance(parsed, ErrorResponse)
+    assert (parsed.status, parsed.error) == ("error", kind)
+    assert line == f"teamflow: error: {parsed.message}"
+    assert parsed.details == {"exit_code": code}
+    for fragment in fragments:
+        assert fragment in parsed.message, (fragment, parsed.message)
+
+
+def test_json_errors_are_the_001_error_envelope_on_stdout(env: dict[str, str]) -> None:
+    research_team()
+    refused_json(teamflow(env, "team", "show", "no-such-team", "--json"), "TeamError", "no-such")
+    refused_json(
+        teamflow(env, "team", "settings", TEAM, "--plan-timeout", "nan", "--json"),
+        "ValidationError",
+        "--plan-timeout",
+    )
+    refused_json(
+        teamflow(env, "msg", "send", TEAM, "--to", "analyst-1", "--json"),
+        "UsageError",
+        "Missing option",
+        code=2,
+    )
+    # Without --json, stdout stays empty.
+    refused(teamflow(env, "team", "show", "no-such-team"), "no-such-team")
+
+
+def test_validate_refuses_endless_huge_or_deeply_nested_input_in_one_line(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    refused(teamflow(env, "validate", "/dev/zero"), "/dev/zero: larger than teamflow's limit")
+    refused(teamflow(env, "validate", str(deep)), f"{deep}: nested deeper than 100 levels")
+
+
+def test_task_params_must_be_finite_shallow_json(env: dict[str, str], home: Path) -> None:
+    research_team()
+    before = everything(home)
+    for params, message in [
+        ('{"x": NaN}', "--params: NaN is not a JSON number"),
+        ('{"x": 1e400}', "--params: 1e400 is not a JSON number"),
+        ('{"x": -Infinity}', "--params: -Infinity is not a JSON number"),
+        ('{"x": ' + "[" * 50_000 + "]" * 50_000 + "}", "--params: nested deeper than 100"),
+    ]:
+        refused(teamflow(env, "task", "create", TEAM, "--title", "t", "--params", params), message)
+    assert everything(home) == before
+
+
+NOT_NUMBERS = ["nan", "inf", "-inf", "1e300", "-5"]
+
+
+def test_every_number_from_the_command_line_is_finite_and_in_range(
+    env: dict[str, str], home: Path
+) -> None:
+    research_team()
+    before = ok_json(env, "team", "settings", TEAM), everything(home)
+    for value in NOT_NUMBERS:
+        refused(
+            teamflow(env, "team", "settings", TEAM, "--plan-timeout", value),
+            "--plan-timeout (setting plan_timeout_seconds) must be a finite number",
+        )
+    for option in ("--escalation", "--shutdown-timeout"):
+        refused(teamflow(env, "team", "settings", TEAM, option, "nan"), option, "finite")
+    for option in ("--concurrency", "--max-revisions"):
+        refused(teamflow(env, "team", "settings", TEAM, option, "10000000000"), option, "1 to")
+    # Options of commands that start runs are refused before any run is started.
+    refused(teamflow(env, "member", "shutdown", TEAM, "analyst-1", "--timeout", "inf"), "--timeout")
+    refused(
+        teamflow(env, "plan", "request", TEAM, "--from", "analyst-1", "--plan", "p",
+                 "--summary", "s", "--timeout", "nan"),
+        "--timeout",
+    )  # fmt: skip
+    refused(teamflow(env, "worker", "--limit", "0"), "--limit", "1 to")
+    assert (ok_json(env, "team", "settings", TEAM), everything(home)) == before
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e300, -1.0, 0])
+@pytest.mark.parametrize(
+    "key", ["plan_timeout_seconds", "plan_escalation_seconds", "shutdown_timeout_seconds",
+            "concurrency", "plan_max_revisions"],
+)  # fmt: skip
+def test_the_store_refuses_a_setting_that_is_not_a_finite_number_in_range(
+    db_url: str, key: str, value: float
+) -> None:
+    research_team()
+    with pytest.raises(ValueError, match=f"setting {key} must be"):
+        teams.update_settings(TEAM, {key: value})
+    assert teams.update_settings(TEAM, {}) == {}
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 1e300, -1.0])
+def test_a_plan_or_shutdown_timeout_that_is_not_finite_is_refused(
+    db_url: str, value: float
+) -> None:
+    from models import approval, shutdown
+
+    research_team()
+    with pytest.raises(ValueError, match="timeout must be a finite number"):
+        approval.request_plan(TEAM, "analyst-1", "## Plan", "plan", timeout=value)
+    with pytest.raises(ValueError, match="timeout must be a finite number"):
+        shutdown.request_shutdown(TEAM, "analyst-1", timeout=value)
+    assert approval.list_requests(TEAM) == []
+
+
 def test_team_settings_shape_who_decides_and_when_and_refuse_bad_values(
     env: dict[str, str],
 ) -> None:

@@ -43,6 +43,45 @@ def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path: Path) -> None:
     engine.dispose()
 
 
+@pytest.fixture
+def open_umask() -> object:
+    """A umask that leaves new files readable by others (0644), as many shells have."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+@pytest.mark.usefixtures("open_umask")
+def test_the_sqlite_database_and_its_wal_and_shm_files_are_private(tmp_path: Path) -> None:
+    file = tmp_path / "teamflow.db"
+    engine = db.make_engine(f"sqlite:///{file}")
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE t (x INTEGER)")
+            conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+        with engine.connect() as conn:  # the WAL and SHM files exist while it is open
+            assert conn.exec_driver_sql("SELECT x FROM t").scalar() == 1
+            found = {p.name: _mode(p) for p in tmp_path.iterdir()}
+    finally:
+        engine.dispose()
+    assert found == {"teamflow.db": 0o600, "teamflow.db-wal": 0o600, "teamflow.db-shm": 0o600}
+
+
+@pytest.mark.usefixtures("open_umask")
+def test_a_database_file_readable_by_others_is_made_private(tmp_path: Path) -> None:
+    file = tmp_path / "old.db"
+    file.touch(mode=0o644)
+    file.chmod(0o644)
+    db.make_engine(f"sqlite:///{file}").dispose()
+    assert _mode(file) == 0o600
+
+
 def test_migrations_build_every_table(db_url: str) -> None:
     tables = set(sa.inspect(db.engine(db_url)).get_table_names())
     assert set(metadata.tables) <= tables

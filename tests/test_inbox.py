@@ -124,6 +124,22 @@ def test_message_to_a_shut_down_member_is_refused(home: Path) -> None:
         inbox.send(TEAM, to="analyst-1", sender="coordinator", text="still there?")
 
 
+def test_a_shut_down_member_sends_nothing_and_reports_no_work(home: Path) -> None:
+    research_team()
+    teams.set_member(TEAM, "analyst-1", is_active=False)
+    before = inbox.unread_count(TEAM, "coordinator")
+    with pytest.raises(InboxError, match=r"sender 'analyst-1' .* is shut down"):
+        inbox.send(TEAM, to="coordinator", sender="analyst-1", text="one more thing")
+    with pytest.raises(InboxError, match=r"sender 'analyst-1' .* is shut down"):
+        inbox.broadcast(TEAM, sender="analyst-1", text="to everyone")
+    with pytest.raises(InboxError, match=r"sender 'analyst-1' .* is shut down"):
+        inbox.send_many(TEAM, [{"to": "coordinator", "sender": "analyst-1", "text": "x"}])
+    assert inbox.unread_count(TEAM, "coordinator") == before
+    with pytest.raises(TeamError, match=r"'analyst-1' .* is shut down .* 'thinking'"):
+        presence.heartbeat(TEAM, "analyst-1", status="thinking")
+    assert presence.heartbeat(TEAM, "analyst-1", status="offline").status == "offline"
+
+
 def test_oversized_message_is_refused(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     research_team()
     with pytest.raises(InboxError, match="over the limit"):
@@ -352,6 +368,31 @@ def test_sync_refuses_a_malformed_inbox_file_naming_the_entry(home: Path) -> Non
     path.write_text(json.dumps(entries))
     with pytest.raises(inbox.SyncError, match="entry 1: timestamp"):
         inbox.sync(TEAM)
+    assert len(inbox.messages(TEAM, "analyst-1")) == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 100 levels"),
+        (b'[{"x": "' + b"a" * 4096 + b'"}]', "larger than teamflow's limit of 1024 bytes"),
+    ],
+    ids=["deeply nested", "over the size cap"],
+)
+def test_sync_refuses_an_inbox_file_beyond_the_limits_in_one_line(
+    home: Path, monkeypatch: pytest.MonkeyPatch, content: bytes, message: str
+) -> None:
+    from models import limits
+
+    research_team()
+    if "larger" in message:
+        monkeypatch.setattr(limits, "MAX_JSON_BYTES", 1024)
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    path.write_bytes(content)
+    with pytest.raises(inbox.SyncError, match=message) as refused:
+        inbox.sync(TEAM)
+    assert str(refused.value).startswith(str(path))
+    assert len(str(refused.value).splitlines()) == 1
     assert len(inbox.messages(TEAM, "analyst-1")) == 1
 
 

@@ -38,6 +38,7 @@ from prefect_server import (
 from teamflow_workers import postgres_databases
 
 from flows import runner
+from flows import up as bring_up
 from flows.system_alert import DEPLOYMENT
 from models import db, inbox, membership
 from models.task import get_task
@@ -95,6 +96,18 @@ def up_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         monkeypatch.setenv(name, env[name])
     monkeypatch.delenv("TEAMFLOW_DATABASE_URL", raising=False)
     return env
+
+
+def test_logs_and_the_prefect_database_are_created_private(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        log = bring_up._log_path(tmp_path, "worker.log")
+        bring_up.check_database(f"sqlite+aiosqlite:///{tmp_path / 'prefect.db'}", "the database")
+    finally:
+        os.umask(old)
+    assert log.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "logs").stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "prefect.db").stat().st_mode & 0o777 == 0o600
 
 
 def test_up_runs_teamflow_for_real_and_stops_what_it_started(

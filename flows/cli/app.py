@@ -27,6 +27,7 @@ from flows.cli import (
     tool,
     validate,
 )
+from flows.cli.output import error
 
 app = typer.Typer(
     name="teamflow",
@@ -70,13 +71,13 @@ def main() -> None:
     except ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
-        typer.echo(f"teamflow: error: {' '.join(exc.format_message().split())}{hint}", err=True)
+        error(f"{exc.format_message()}{hint}", code=exc.exit_code, kind="UsageError")
         sys.exit(exc.exit_code)
     except typer.Abort:
-        typer.echo("teamflow: error: aborted", err=True)
+        error("aborted", kind="Aborted")
         sys.exit(1)
     except (ValueError, OSError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        typer.echo(f"teamflow: error: {message}", err=True)
+        error(message, kind=type(exc).__name__)
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)

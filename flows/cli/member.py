@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli.output import JsonFlag, emit, fail, start_run
+from flows.cli.output import JsonFlag, emit, fail, seconds_check, start_run
 
 member_app = typer.Typer(
     help="Team members: add, set, show, list, heartbeat, shutdown.", no_args_is_help=True
@@ -340,7 +340,11 @@ def member_shutdown(
     reason: Annotated[str | None, typer.Option("--reason", help="Why (kept on record).")] = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", help="Seconds to wait for approval, then force.", min=1),
+        typer.Option(
+            "--timeout",
+            help="Seconds to wait for approval, then force.",
+            callback=seconds_check(),
+        ),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:

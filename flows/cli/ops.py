@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli.output import fail
+from flows.cli.output import count_check, fail
 
 
 def up(
@@ -36,7 +36,9 @@ def up(
 
 def worker(
     pool: Annotated[str, typer.Option("--pool", help="The work pool to pull from.")] = "teamflow",
-    limit: Annotated[int, typer.Option("--limit", help="Runs at a time.", min=1)] = 8,
+    limit: Annotated[
+        int, typer.Option("--limit", help="Runs at a time.", callback=count_check())
+    ] = 8,
     name: Annotated[str | None, typer.Option("--name", help="The worker's name.")] = None,
 ) -> None:
     """Pulls runs from the teamflow work pool and runs teamflow's flows in this process.

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli.output import JsonFlag, emit, fail, start_run
+from flows.cli.output import JsonFlag, emit, fail, seconds_check, start_run
 
 plan_app = typer.Typer(help="Plan approvals: request, list, approve, deny.", no_args_is_help=True)
 
@@ -22,7 +22,11 @@ def plan_request(
     ] = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", help="Seconds to wait (default: the team's setting).", min=1),
+        typer.Option(
+            "--timeout",
+            help="Seconds to wait (default: the team's setting).",
+            callback=seconds_check(),
+        ),
     ] = None,
     policy: Annotated[
         str | None,

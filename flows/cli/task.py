@@ -96,10 +96,16 @@ def task_create(
             fail(f"--deadline: {exc}")
     extra = None
     if params is not None:
+        from models.limits import MAX_JSON_BYTES, LimitError, loads_json
+
         try:
-            extra = json.loads(params)
+            if len(params) > MAX_JSON_BYTES:
+                raise LimitError(f"--params: larger than teamflow's limit of {MAX_JSON_BYTES}")
+            extra = loads_json(params, what="--params")
         except json.JSONDecodeError as exc:
             fail(f"--params is not valid JSON: {exc.msg} at column {exc.colno}")
+        except LimitError as exc:
+            fail(str(exc))
         if not isinstance(extra, dict):
             fail("--params must be a JSON object")
     _refuse_unrunnable(team_name, assignees or [])

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli.output import JsonFlag, emit, fail
+from flows.cli.output import JsonFlag, count_check, emit, fail, seconds_check
 
 team_app = typer.Typer(
     help="Teams: create, list, show, delete, import, export, backup.", no_args_is_help=True
@@ -72,7 +72,12 @@ def team_settings(
         ),
     ] = None,
     plan_timeout: Annotated[
-        float | None, typer.Option("--plan-timeout", help="Seconds a plan waits for a decision.")
+        float | None,
+        typer.Option(
+            "--plan-timeout",
+            help="Seconds a plan waits for a decision.",
+            callback=seconds_check("plan_timeout_seconds"),
+        ),
     ] = None,
     plan_policy: Annotated[
         str | None,
@@ -80,18 +85,35 @@ def team_settings(
     ] = None,
     escalation: Annotated[
         float | None,
-        typer.Option("--escalation", help="escalate: seconds after the alarm until a denial."),
+        typer.Option(
+            "--escalation",
+            help="escalate: seconds after the alarm until a denial.",
+            callback=seconds_check("plan_escalation_seconds"),
+        ),
     ] = None,
     max_revisions: Annotated[
-        int | None, typer.Option("--max-revisions", help="Times a member may ask for one plan.")
+        int | None,
+        typer.Option(
+            "--max-revisions",
+            help="Times a member may ask for one plan.",
+            callback=count_check("plan_max_revisions"),
+        ),
     ] = None,
     shutdown_timeout: Annotated[
         float | None,
-        typer.Option("--shutdown-timeout", help="Seconds a shutdown waits, then forces."),
+        typer.Option(
+            "--shutdown-timeout",
+            help="Seconds a shutdown waits, then forces.",
+            callback=seconds_check("shutdown_timeout_seconds"),
+        ),
     ] = None,
     concurrency: Annotated[
         int | None,
-        typer.Option("--concurrency", help="Assignees of one task working at once."),
+        typer.Option(
+            "--concurrency",
+            help="Assignees of one task working at once.",
+            callback=count_check("concurrency"),
+        ),
     ] = None,
     offline_after: Annotated[
         str | None,

@@ -34,16 +34,19 @@ def validate(
     from pydantic import ValidationError
 
     from models.formats import FORMATS, detect
+    from models.limits import LimitError, loads_json, read_capped
     from models.wire_support import error_lines
 
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
+        data = loads_json(read_capped(file).decode("utf-8"), what=str(file))
     except FileNotFoundError:
         fail(f"{file}: no such file")
     except (UnicodeDecodeError, IsADirectoryError, PermissionError) as exc:
         fail(f"{file}: cannot read: {exc}")
     except json.JSONDecodeError as exc:
         fail(f"{file}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except LimitError as exc:
+        fail(str(exc))
 
     if as_format is not None:
         fmt = FORMATS.get(as_format)

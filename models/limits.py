@@ -1,0 +1,92 @@
+"""How much outside data teamflow reads: every cap in one place (README: "Size limits").
+
+Readers of data from outside (`teamflow validate`, `team import`, `team restore`, inbox files
+taken in by sync) read at most cap + 1 bytes, check an archive's member sizes before
+extracting anything, and refuse nesting deeper than `MAX_JSON_DEPTH`, each with one line
+(`LimitError`, a `ValueError`). Imports nothing of teamflow.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+MAX_JSON_BYTES = 64 * 1024 * 1024
+"""One JSON document: a file given to `validate`, a `config.json`, an inbox file."""
+MAX_JSON_DEPTH = 100
+"""How deeply arrays and objects may nest in one JSON document."""
+MAX_ARCHIVE_MEMBER_BYTES = 64 * 1024 * 1024
+"""One file in a backup archive (its database dump included)."""
+MAX_ARCHIVE_BYTES = 1024 * 1024 * 1024
+"""All the files of a backup archive together, extracted."""
+MAX_ARCHIVE_MEMBERS = 100_000
+"""Files and folders in a backup archive."""
+
+
+class LimitError(ValueError):
+    """Outside data over one of teamflow's caps; the message is one line naming it."""
+
+
+def read_capped(path: Path | str, cap: int | None = None, *, what: str | None = None) -> bytes:
+    """The bytes of `path`, reading at most `cap` + 1: more than `cap` is refused.
+
+    Opened without blocking, so a FIFO with no writer reads as empty instead of hanging;
+    `/dev/zero` and other endless files stop at the cap.
+    """
+    cap = MAX_JSON_BYTES if cap is None else cap
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        chunks, size = [], 0
+        while size <= cap:
+            try:
+                chunk = f.read(cap + 1 - size)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    if size > cap:
+        raise LimitError(f"{what or path}: larger than teamflow's limit of {cap} bytes")
+    return b"".join(chunks)
+
+
+def loads_json(data: bytes | str, *, what: str) -> Any:
+    """`json.loads`, refusing (`LimitError`) nesting deeper than `MAX_JSON_DEPTH` and
+    numbers that are not finite (`NaN`, `Infinity`, `1e400`).
+
+    Other malformed JSON raises `ValueError` (`json.JSONDecodeError`) or
+    `UnicodeDecodeError`, as `json.loads` does.
+    """
+
+    def not_finite(token: str) -> float:
+        raise LimitError(f"{what}: {token} is not a JSON number (numbers must be finite)")
+
+    def finite(text: str) -> float:
+        number = float(text)
+        if not math.isfinite(number):
+            not_finite(text)
+        return number
+
+    try:
+        value = json.loads(data, parse_constant=not_finite, parse_float=finite)
+    except RecursionError:
+        raise LimitError(f"{what}: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    check_depth(value, what=what)
+    return value
+
+
+def check_depth(value: Any, *, what: str, limit: int | None = None) -> None:
+    """Refuses a parsed JSON value nested deeper than `limit` (without recursing)."""
+    limit = MAX_JSON_DEPTH if limit is None else limit
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > limit:
+                raise LimitError(f"{what}: nested deeper than {limit} levels")
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
