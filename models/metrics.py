@@ -18,14 +18,13 @@ changes) have no table in this branch; their metrics come with those tables.
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from models import db
+from models import db, durations
 from models.approval import SYSTEM, PlanApproval
 from models.inbox import InboxRow
 from models.task import TaskMetricsRow, TaskRow, TaskStatusRow
@@ -40,8 +39,6 @@ Since = datetime | timedelta | None
 TIMEOUT_CAUSE = "no decision within %"
 """How `approval.apply_timeout` starts the cause of a request its timeout policy decided."""
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 FREQS = {"hour": "%Y-%m-%d %H:00:00", "day": "%Y-%m-%d 00:00:00"}
 
 
@@ -51,12 +48,10 @@ class MetricsError(ValueError):
 
 def parse_duration(text: str) -> timedelta:
     """`90s`, `30m`, `12h`, `7d`, `2w` as a timedelta; `MetricsError` otherwise."""
-    match = _DURATION.match(text or "")
-    if not match or float(match[1]) <= 0:
-        raise MetricsError(
-            f"bad duration {text!r}: a positive number and a unit s, m, h, d or w (e.g. 7d)"
-        )
-    return timedelta(**{_UNITS[match[2]]: float(match[1])})
+    try:
+        return durations.parse_duration(text)
+    except durations.DurationError as exc:
+        raise MetricsError(str(exc)) from None
 
 
 def window_start(since: Since, now: datetime | None = None) -> datetime | None:

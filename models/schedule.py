@@ -23,10 +23,11 @@ Missed fire times (the server or every worker was down), decided here and applie
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from models import durations
 
 __all__ = [
     "MISSED_GRACE",
@@ -50,9 +51,6 @@ LATE_NOTE_AFTER = timedelta(minutes=1)
 MAX_AHEAD = timedelta(days=366 * 5)
 """The furthest ahead a timer may be set."""
 
-_DURATION = re.compile(r"(\d+)([dhms])")
-_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-
 
 class ScheduleError(ValueError):
     """A bad duration, time or schedule; the message is one line for the user."""
@@ -60,20 +58,10 @@ class ScheduleError(ValueError):
 
 def parse_duration(text: str) -> timedelta:
     """`10m`, `90s`, `1h30m`, `2d`, or plain seconds (`45`) as a positive timedelta."""
-    raw = text.strip().lower()
-    if raw.isdigit():
-        seconds = int(raw)
-    else:
-        parts = _DURATION.findall(raw)
-        units = [unit for _, unit in parts]
-        if not parts or "".join(n + u for n, u in parts) != raw or len(set(units)) != len(units):
-            raise ScheduleError(
-                f"bad duration {text!r}: use e.g. 90s, 10m, 1h30m or 2d (units d, h, m, s)"
-            )
-        seconds = sum(int(n) * _UNITS[u] for n, u in parts)
-    if seconds <= 0:
-        raise ScheduleError(f"duration {text!r} is zero: it must be at least 1s")
-    return timedelta(seconds=seconds)
+    try:
+        return durations.parse_duration(text)
+    except durations.DurationError as exc:
+        raise ScheduleError(str(exc)) from None
 
 
 def zone(name: str | None) -> ZoneInfo:
@@ -141,8 +129,11 @@ def schedule_of(
         spec: dict[str, Any] = {"cron": " ".join(cron.split()), "timezone": tz}
     elif every:
         anchor = _aware(now or datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
+        interval = int(parse_duration(every).total_seconds())
+        if interval < 1:
+            raise ScheduleError(f"interval {every!r} is shorter than 1s, the shortest schedule")
         spec = {
-            "interval": int(parse_duration(every).total_seconds()),
+            "interval": interval,
             "anchor": anchor.isoformat(),
             "timezone": tz,
         }
@@ -260,7 +251,7 @@ def format_duration(value: timedelta) -> str:
     if seconds <= 0:
         return "0s"
     out = ""
-    for unit, size in _UNITS.items():
+    for unit, size in durations.UNITS.items():
         n, seconds = divmod(seconds, size)
         if n:
             out += f"{n}{unit}"

@@ -19,10 +19,11 @@ Team settings (`Team.settings`) that shape approvals and shutdowns, all optional
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+
+from models import durations
 
 DEFAULT_PLAN_TIMEOUT_S = 3600.0
 DEFAULT_MAX_REVISIONS = 3
@@ -148,10 +149,6 @@ def _positive(team: str, raw: dict[str, Any], key: str, default: Any) -> Any:
     return float(value)
 
 
-_DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|h)?\s*", re.IGNORECASE)
-_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_duration(
     text: str, *, what: str = "duration", most: float = MAX_OFFLINE_AFTER_S
 ) -> float:
@@ -159,15 +156,10 @@ def parse_duration(
 
     Raises `ApprovalError` with one line naming `what` and the text when it is none of these.
     """
-    match = _DURATION.fullmatch(text or "")
-    if match is None:
-        raise ApprovalError(f"{what} {text!r} is not a duration; write e.g. 90s, 5m or 1h")
-    seconds = float(match.group(1)) * _UNIT_S[(match.group(2) or "s").lower()]
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ApprovalError(f"{what} {text!r} must be longer than 0 s")
-    if seconds > most:
-        raise ApprovalError(f"{what} {text!r} is longer than the most allowed, {most:g} s")
-    return seconds
+    try:
+        return durations.parse_duration(text, what=what, most=most).total_seconds()
+    except durations.DurationError as exc:
+        raise ApprovalError(str(exc)) from None
 
 
 def _offline_after(team: str, raw: dict[str, Any]) -> float:

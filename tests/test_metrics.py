@@ -153,7 +153,7 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
     assert m.parse_duration(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "7", "d", "-1d", "0h", "7days", "1y"])
+@pytest.mark.parametrize("text", ["", "d", "-1d", "0h", "7days", "1y"])
 def test_parse_duration_refuses(text: str) -> None:
     with pytest.raises(m.MetricsError, match="bad duration"):
         m.parse_duration(text)

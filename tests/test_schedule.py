@@ -17,13 +17,22 @@ def utc(*args: int) -> datetime:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("10m", 600), ("90s", 90), ("1h30m", 5400), ("2d", 172800), ("45", 45), ("1H", 3600)],
+    [
+        ("10m", 600),
+        ("90s", 90),
+        ("1h30m", 5400),
+        ("2d", 172800),
+        ("45", 45),
+        ("1H", 3600),
+        ("1.5h", 5400),
+        ("1w", 604800),
+    ],
 )
 def test_durations_parse(text: str, seconds: int) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["10x", "", "m", "1h1h", "-5m", "1.5h", "10 m x"])
+@pytest.mark.parametrize("text", ["10x", "", "m", "1h1h", "-5m", "10 m x", "nan", "1y"])
 def test_bad_durations_are_refused(text: str) -> None:
     with pytest.raises(ScheduleError, match="bad duration"):
         parse_duration(text)
@@ -129,3 +138,18 @@ def test_missed_policy_late_timers_fire_and_say_so_schedules_skip() -> None:
     assert not schedule.missed("TIMER", due, due + timedelta(days=1))
     assert not schedule.missed("SCHEDULED_EVENT", due, due + timedelta(minutes=5))
     assert schedule.missed("SCHEDULED_EVENT", due, due + timedelta(minutes=11))
+
+
+@pytest.mark.parametrize("text", ["90s", "1.5m", "1h30m", "300", "2w"])
+def test_every_command_reads_a_duration_alike(text: str) -> None:
+    """`alert --in/--every`, `metrics --since` and `--offline-after` share one grammar."""
+    from models.metrics import parse_duration as since
+    from models.team_settings import parse_duration as offline_after
+
+    assert since(text) == parse_duration(text)
+    assert offline_after(text, most=30 * 86400) == parse_duration(text).total_seconds()
+
+
+def test_an_interval_under_a_second_is_refused() -> None:
+    with pytest.raises(ScheduleError, match="shorter than 1s"):
+        schedule.schedule_of(every="0.5s")
