@@ -28,15 +28,10 @@ DEPLOYMENT = "team-task/team-task"
 
 
 def runtime_usable(config: dict[str, Any]) -> bool:
-    """Whether a member's runtime can work a task: a known kind with what it needs (a
-    scripted runtime needs a playbook)."""
-    from flows.runtimes.kinds import runtime_for
+    """Whether a member's runtime can work a task (`runtime_problem` finds nothing wrong)."""
+    from flows.runtimes.kinds import runtime_problem
 
-    try:
-        runtime = runtime_for(config)
-    except (ValueError, OSError):
-        return False
-    return bool(getattr(runtime, "playbook", True))
+    return runtime_problem(config) is None
 
 
 def claim(session: Any, info: dict[str, Any]) -> bool:
