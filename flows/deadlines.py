@@ -4,7 +4,7 @@ A `plan-approval` run waiting in process acts on its own deadline. A suspended r
 process, and a run whose process died holds none either, so every `teamflow worker` keeps
 the time as well: it sleeps until the next deadline in teamflow's database (looking again
 at least every `poll_s` for new requests), applies the team's policy to every request that
-is due (`models.approval.expire_due`; a conditional update, so several workers never decide
+is due (`models.plan_timeout.expire_due`; a conditional update, so several workers never decide
 one request twice), and resumes the suspended runs of the requests it decided, so that they
 finish. Prefect's own pause expiry would only fail such runs, and only every 5 s, 200 paused
 runs per pass (`benchmarks/approval.py --deadlines` compares them).
@@ -23,7 +23,7 @@ from uuid import UUID
 
 import anyio
 
-from models import approval
+from models import plan_timeout
 from models.base import utcnow
 
 POLL_S = 1.0
@@ -60,7 +60,7 @@ async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCI
             try:
                 acted = await tick()
                 if acted:
-                    runs = await anyio.to_thread.run_sync(approval.decided_with_runs, acted)
+                    runs = await anyio.to_thread.run_sync(plan_timeout.decided_with_runs, acted)
                     await send.send(runs)
                 if anyio.current_time() - last_reconcile >= reconcile_s:
                     last_reconcile = anyio.current_time()
@@ -79,14 +79,14 @@ async def _reconcile() -> None:
 
 async def tick() -> list[str]:
     """Applies the policy of every due request; returns the ids of those acted on."""
-    acted = await anyio.to_thread.run_sync(lambda: approval.expire_due())
+    acted = await anyio.to_thread.run_sync(lambda: plan_timeout.expire_due())
     if acted:
         logger.info("teamflow clock: timeout policy applied to %d plan(s)", len(acted))
     return acted
 
 
 async def _until_next(poll_s: float) -> float:
-    due = await anyio.to_thread.run_sync(lambda: approval.next_due())
+    due = await anyio.to_thread.run_sync(lambda: plan_timeout.next_due())
     if due is None:
         return poll_s
     return min(max((due - utcnow()).total_seconds(), 0.0), poll_s)
@@ -163,5 +163,5 @@ async def resume_decided_suspended_runs() -> int:
             ids += [str(r.id) for r in runs]
             if len(runs) < PAGE:
                 break
-    decided = await anyio.to_thread.run_sync(lambda: approval.decided_runs(ids))
+    decided = await anyio.to_thread.run_sync(lambda: plan_timeout.decided_runs(ids))
     return await resume_suspended(decided) if decided else 0

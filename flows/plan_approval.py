@@ -50,7 +50,7 @@ from prefect.states import Cancelled, Paused, Running, Suspended
 from prefect.utilities.engine import propose_state
 from pydantic import Field, ValidationError
 
-from models import approval
+from models import approval, plan_timeout
 from models import team as teams
 from models.approval import AlreadyDecided, NotAllowed, PlanApproval
 from models.base import format_timestamp, utcnow
@@ -397,7 +397,7 @@ async def record_request(
 @task(name="apply-timeout-policy", persist_result=True)
 async def apply_timeout_policy(request_id: str, due: str) -> str:
     """No decision by `due`: the team's policy decides, or escalates to the lead."""
-    action = await anyio.to_thread.run_sync(lambda: approval.apply_timeout(request_id))
+    action = await anyio.to_thread.run_sync(lambda: plan_timeout.apply_timeout(request_id))
     return action.value
 
 

@@ -37,7 +37,7 @@ Since = datetime | timedelta | None
 """A time window's start: a time, how long back from now, or None (all history)."""
 
 TIMEOUT_CAUSE = "no decision within %"
-"""How `approval.apply_timeout` starts the cause of a request its timeout policy decided."""
+"""How `plan_timeout.apply_timeout` starts the cause of a request its timeout policy decided."""
 
 FREQS = {"hour": "%Y-%m-%d %H:00:00", "day": "%Y-%m-%d 00:00:00"}
 

@@ -18,12 +18,13 @@ import pytest
 from factories import TEAM, research_team
 from freezegun import freeze_time
 
-from models import approval, inbox, shutdown
+from models import approval, inbox, plan_timeout, shutdown
 from models import team as teams
-from models.approval import AlreadyDecided, ApprovalStatus, NotAllowed, TimeoutAction
+from models.approval import AlreadyDecided, ApprovalStatus, NotAllowed
 from models.base import utcnow
 from models.db import session_scope
 from models.inbox import InboxError
+from models.plan_timeout import TimeoutAction
 from models.shutdown import ShutdownError, ShutdownStatus
 from models.team_settings import ApprovalError, TimeoutPolicy
 
@@ -228,9 +229,9 @@ def test_timeout_policy_deny_denies_at_the_deadline_with_its_cause() -> None:
     with freeze_time("2026-02-16T10:00:00Z") as clock:
         row = approval.request_plan(TEAM, "analyst-1", PLAN, "plan", timeout=300, policy="deny")
         clock.tick(timedelta(seconds=299))
-        assert approval.apply_timeout(row.request_id) is TimeoutAction.NONE
+        assert plan_timeout.apply_timeout(row.request_id) is TimeoutAction.NONE
         clock.tick(timedelta(seconds=1))
-        assert approval.apply_timeout(row.request_id) is TimeoutAction.DENY
+        assert plan_timeout.apply_timeout(row.request_id) is TimeoutAction.DENY
     row = approval.get_request(row.request_id)
     assert (row.status, row.decided_by) == (ApprovalStatus.DENIED, approval.SYSTEM)
     assert row.cause == "no decision within 5 min: denied by the timeout policy"
@@ -246,7 +247,7 @@ def test_timeout_policy_approve_approves_at_the_deadline() -> None:
     with freeze_time("2026-02-16T10:00:00Z") as clock:
         row = approval.request_plan(TEAM, "analyst-1", PLAN, "plan")
         clock.tick(timedelta(minutes=1))
-        assert approval.expire_due() == [row.request_id]
+        assert plan_timeout.expire_due() == [row.request_id]
     row = approval.get_request(row.request_id)
     assert row.status == ApprovalStatus.APPROVED
     assert row.cause == "no decision within 60 s: approved by the timeout policy"
@@ -260,13 +261,13 @@ def test_timeout_policy_escalate_alarms_the_lead_once_then_denies_at_the_hard_li
         row = approval.request_plan(TEAM, "analyst-1", PLAN, "plan", timeout=300)
         assert row.hard_deadline - row.deadline == timedelta(seconds=600)
         clock.tick(timedelta(seconds=300))
-        assert approval.apply_timeout(row.request_id) is TimeoutAction.ESCALATE
-        assert approval.apply_timeout(row.request_id) is TimeoutAction.NONE  # alarmed once
+        assert plan_timeout.apply_timeout(row.request_id) is TimeoutAction.ESCALATE
+        assert plan_timeout.apply_timeout(row.request_id) is TimeoutAction.NONE  # alarmed once
         assert approval.get_request(row.request_id).status == ApprovalStatus.PENDING
         clock.tick(timedelta(seconds=599))
-        assert approval.expire_due() == []
+        assert plan_timeout.expire_due() == []
         clock.tick(timedelta(seconds=1))
-        assert approval.apply_timeout(row.request_id) is TimeoutAction.DENY_AFTER_ESCALATION
+        assert plan_timeout.apply_timeout(row.request_id) is TimeoutAction.DENY_AFTER_ESCALATION
     alarms = [m for m in inbox.messages(TEAM, "coordinator") if m.type == "system_alert"]
     assert len(alarms) == 1
     assert alarms[0].sender == "system"
@@ -283,7 +284,7 @@ def test_a_decision_before_the_deadline_leaves_nothing_for_the_timeout() -> None
         row = approval.request_plan(TEAM, "analyst-1", PLAN, "plan", timeout=60, policy="approve")
         approval.decide(row.request_id, approve=False, decider="coordinator", feedback="no")
         clock.tick(timedelta(minutes=5))
-        assert approval.apply_timeout(row.request_id) is TimeoutAction.NONE
+        assert plan_timeout.apply_timeout(row.request_id) is TimeoutAction.NONE
     assert approval.get_request(row.request_id).status == ApprovalStatus.DENIED
     assert len(responses()) == 1
 
@@ -496,16 +497,16 @@ def test_next_due_follows_the_earliest_deadline_then_the_hard_deadline() -> None
     research_team()
     configure(plan_timeout_policy="escalate", plan_escalation_seconds=600)
     with freeze_time("2026-02-16T10:00:00Z") as clock:
-        assert approval.next_due() is None
+        assert plan_timeout.next_due() is None
         first = approval.request_plan(TEAM, "analyst-1", PLAN, "plan", timeout=300)
         approval.request_plan(TEAM, "analyst-2", PLAN, "plan", timeout=400)
-        assert approval.next_due() == first.deadline
+        assert plan_timeout.next_due() == first.deadline
         clock.tick(timedelta(seconds=300))
-        assert approval.expire_due() == [first.request_id]  # escalated: due at its hard limit
+        assert plan_timeout.expire_due() == [first.request_id]  # escalated: due at its hard limit
         second = approval.list_requests(TEAM, member="analyst-2")[0]
-        assert approval.next_due() == second.deadline
+        assert plan_timeout.next_due() == second.deadline
         approval.decide(second.request_id, approve=True, decider="coordinator")
-        assert approval.next_due() == approval.get_request(first.request_id).hard_deadline
+        assert plan_timeout.next_due() == approval.get_request(first.request_id).hard_deadline
 
 
 def test_decided_requests_name_the_runs_to_resume() -> None:
@@ -514,8 +515,8 @@ def test_decided_requests_name_the_runs_to_resume() -> None:
     decided = approval.request_plan(TEAM, "analyst-2", PLAN, "plan", flow_run_id="run-b")
     approval.decide(decided.request_id, approve=False, decider="coordinator", feedback="no")
     ids = [waiting.request_id, decided.request_id]
-    assert approval.decided_with_runs(ids) == ["run-b"]
-    assert approval.decided_runs(["run-a", "run-b", "run-c"]) == ["run-b"]
+    assert plan_timeout.decided_with_runs(ids) == ["run-b"]
+    assert plan_timeout.decided_runs(["run-a", "run-b", "run-c"]) == ["run-b"]
 
 
 def test_a_timeout_denial_at_the_revision_limit_rejects_the_plan() -> None:
@@ -528,7 +529,7 @@ def test_a_timeout_denial_at_the_revision_limit_rejects_the_plan() -> None:
             TEAM, "analyst-1", PLAN, "plan", previous_request_id=first.request_id
         )
         clock.tick(timedelta(minutes=1))
-        assert approval.expire_due() == [second.request_id]
+        assert plan_timeout.expire_due() == [second.request_id]
     second = approval.get_request(second.request_id)
     assert second.status == ApprovalStatus.REJECTED
     assert second.cause == (

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from freezegun import freeze_time
 
-from models import approval, inbox, membership
+from models import approval, inbox, membership, plan_timeout
 from models import metrics as m
 from models.task import TaskMetricsRow, record_metrics
 
@@ -58,7 +58,7 @@ def filled(db_url: str, home: Path) -> str:
         timed = approval.request_plan(TEAM, "analyst-1", "Map it", "Plan", timeout=60)
         clock.tick(90)
         approval.decide(approved.request_id, approve=True, decider="coordinator")
-        approval.apply_timeout(timed.request_id)
+        plan_timeout.apply_timeout(timed.request_id)
         clock.tick(30)
         approval.decide(denied.request_id, approve=False, decider="coordinator", feedback="no")
         approval.request_plan(

@@ -18,7 +18,7 @@ import pytest
 from freezegun import freeze_time
 from nbclient import NotebookClient
 
-from models import approval, db, inbox, membership
+from models import approval, db, inbox, membership, plan_timeout
 from models import metrics as m
 from models.task import (
     ExecutionStatus,
@@ -178,7 +178,7 @@ def test_approvals_shows_waits_outcomes_revisions_and_timeouts(db_url: str, home
             TEAM, "analyst-1", "Chart it better", "Plan", previous_request_id=first.request_id
         )
         clock.tick(30)
-        approval.apply_timeout(timed.request_id)
+        plan_timeout.apply_timeout(timed.request_id)
         approval.decide(second.request_id, approve=True, decider="coordinator")
 
     notebook = execute(BY_NAME["approvals.ipynb"], TEAM)
