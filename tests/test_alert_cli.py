@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 from zoneinfo import ZoneInfo
@@ -201,6 +201,27 @@ def test_a_schedule_fires_survives_redeploy_and_stops_when_paused(live: Env) -> 
     )
     assert ok_json(live, "alert", "cancel", str(pulse["id"]))["status"] == "cancelled"
     assert schedules(pulse["id"]) == []
+
+
+def test_a_one_minute_cron_schedule_puts_the_alert_in_the_inbox(live: Env) -> None:
+    """The README's kind of schedule, at its shortest: Prefect's scheduler fires it each minute."""
+    minute = ok_json(
+        live, "alert", "schedule", TEAM, "--name", "minutely", "--message", "a minute passed",
+        "--cron", "* * * * *", "--to", "analyst-2",
+    )  # fmt: skip
+    due = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in minute["nextFireTimes"]]
+    assert [t.second for t in due] == [0, 0, 0] and due[1] - due[0] == timedelta(minutes=1)
+
+    [message] = wait_until(lambda: alerts_named("analyst-2", "minutely"), 180, "the cron firing")
+    assert message.payload["alert_type"] == "SCHEDULED_EVENT"
+    assert message.payload["message"] == "a minute passed"
+    firing = wait_until(lambda: listed(live, minute["id"])["lastFiring"], 60, "the firing")
+    assert firing["outcome"] == "delivered" and firing["recipients"] == ["analyst-2"]
+    fired_slot = datetime.fromisoformat(firing["dueAt"].replace("Z", "+00:00"))
+    assert fired_slot.second == 0, firing  # a cron slot, not whenever something polled
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(UUID(firing["flowRunId"])).auto_scheduled
+    assert ok_json(live, "alert", "cancel", str(minute["id"]))["status"] == "cancelled"
 
 
 def readme_alert_lines() -> list[str]:
