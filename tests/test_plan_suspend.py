@@ -237,7 +237,8 @@ def test_a_plan_waiting_in_process_outlives_a_server_outage_longer_than_client_r
         restart(server)
         decided = teamflow(["plan", "deny", request_id, "--feedback", "Smaller scope"], env)
         assert decided.returncode == 0, decided.stderr
-        assert process.wait(timeout=60) == 0, log.read_text()[-3000:]
+        # A bound against a hang only: a loaded machine restarts the server slowly.
+        assert process.wait(timeout=240) == 0, log.read_text()[-3000:]
     finally:
         stop(process)
     result = json.loads(printed.read_text())
