@@ -114,8 +114,7 @@ def measure(kind: str, timers: int, spread: float, lead: float, tmp: Path) -> di
     from prefect_server import prefect_server, wait_until
     from teamflow_workers import ended_runs, register_deployments, teamflow_workers
 
-    from models import db, inbox
-    from models import team as teams
+    from models import db, inbox, membership
 
     tmp.mkdir(parents=True)
     home = tmp / "teamflow-home"
@@ -124,9 +123,9 @@ def measure(kind: str, timers: int, spread: float, lead: float, tmp: Path) -> di
     os.environ["TEAMFLOW_DATABASE_URL"] = url
     db.dispose_engines()
     db.upgrade(url)
-    teams.create_team(TEAM, description="Timers", lead="coordinator")
+    membership.create_team(TEAM, description="Timers", lead="coordinator")
     for name in ("analyst-1", "analyst-2"):
-        teams.add_member(TEAM, name, model="haiku", prompt=f"You are {name}.")
+        membership.add_member(TEAM, name, model="haiku", prompt=f"You are {name}.")
     shared = {"TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": url}
 
     with contextlib.ExitStack() as stack:
