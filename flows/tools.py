@@ -141,6 +141,36 @@ def _feed(pipe: IO[bytes], data: bytes) -> None:
             pipe.close()
 
 
+_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+"""util-linux's `setpriv`, which sets `PR_SET_PDEATHSIG` and then execs the program.
+
+Not a `preexec_fn`: Python code between fork and exec in a threaded process (a worker,
+Prefect's threads) can deadlock in the child on a lock another thread held at the fork."""
+
+
+def _die_with_parent(argv: list[str], cwd: Any, environment: Mapping[str, str]) -> list[str]:
+    """`argv` run so that the kernel SIGKILLs the program when the thread that started it
+    ends (a worker killed with SIGKILL included): no agent program outlives its worker.
+
+    The program is looked up first, as `Popen` would, so a missing one is still an `OSError`
+    here rather than an exit code of `setpriv`'s.
+    """
+    if _SETPRIV is None or not argv:
+        return argv
+    program = argv[0]
+    if os.sep in program:
+        found = os.path.join(os.fspath(cwd) if cwd else os.getcwd(), program)
+        if not os.path.isfile(found):
+            raise FileNotFoundError(2, "No such file or directory", program)
+        if not os.access(found, os.X_OK):
+            raise PermissionError(13, "Permission denied", program)
+    else:
+        found = shutil.which(program, path=environment.get("PATH", os.defpath))
+        if found is None:
+            raise FileNotFoundError(2, "No such file or directory", program)
+    return [_SETPRIV, "--pdeathsig", "KILL", "--", found, *argv[1:]]
+
+
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -156,7 +186,9 @@ def run_process(
     env: Mapping[str, str] | None = None,
 ) -> ProcessOutcome:
     """Runs `argv` (no shell) in a new process group, feeding `stdin`, for at most `timeout`
-    seconds; past it the whole group is killed.
+    seconds; past it the whole group is killed. The program is killed too when the process
+    running it dies (`PR_SET_PDEATHSIG` on Linux, set by `setpriv`), so a killed worker
+    leaves no orphan.
 
     `env` is added to teamflow's own environment. Raises `OSError` when the program cannot be
     started (not found, not executable).
@@ -164,7 +196,7 @@ def run_process(
     environment = {**os.environ, **(env or {})}
     started = time.monotonic()
     proc = subprocess.Popen(
-        list(argv),
+        _die_with_parent(list(argv), cwd, environment),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

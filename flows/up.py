@@ -10,6 +10,13 @@ when their heartbeats stop, schedules the `watchdog` (every 30 s, `TEAMFLOW_WATC
 starts a teamflow worker, and applies teamflow's own migrations.
 Ctrl-C or SIGTERM stops what it started, the worker first.
 
+A worker that dies (killed, or out of memory) is started again, after 1 s, then 2 s, 4 s ...
+up to `RESTART_MAX_SECONDS` while it keeps dying; a worker that stayed up for
+`STABLE_SECONDS` starts the count again. `teamflow up` says so on its output each time. The
+runs the dead worker held are marked Crashed by the automation, and the watchdog closes
+their tasks as failed, so `teamflow task run ID` can start them again. Stopping is clean
+also while the Prefect server is away: every process `teamflow up` started is stopped.
+
 The server it starts is safer than Prefect's defaults: it listens on 127.0.0.1 unless told
 otherwise, has CSRF protection on, accepts cross-origin requests from its own UI only,
 honours `PREFECT_SERVER_API_AUTH_STRING`, and sends no telemetry.
@@ -25,10 +32,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from flows import runner
@@ -42,6 +49,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 CRASH_AUTOMATION = "teamflow: crash runs without heartbeats"
 HEARTBEAT_SECONDS = 30
 """How often teamflow's runs send a heartbeat: the shortest interval Prefect accepts."""
+BUSY_TRIES = 3
+"""How often `up` tries a step (deploy, automation, schedule) when the server answers 503."""
 DEFAULT_CRASH_AFTER_SECONDS = 90
 """A run whose heartbeats stop for this long is marked Crashed (three missed heartbeats)."""
 EXPECTED_AFTER_A_HEARTBEAT = {
@@ -56,6 +65,13 @@ WORKER_POLL_SECONDS = 2
 """The worker's fallback poll; new runs normally reach it at once through the event stream."""
 SERVER_START_TIMEOUT = 120.0
 WORKER_START_TIMEOUT = 60.0
+RESTART_FIRST_SECONDS = 1.0
+"""The wait before the first restart of a worker that died; doubled for each next one."""
+RESTART_MAX_SECONDS = 60.0
+"""The longest wait between two restarts of a worker that keeps dying."""
+STABLE_SECONDS = 120.0
+"""A worker that stayed up this long has its restart wait reset to the first."""
+_T = TypeVar("_T")
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"}
 
 
@@ -76,14 +92,18 @@ class Child:
         return self.process.poll() is None
 
     def stop(self, grace: float) -> None:
-        """SIGTERM to its process group, SIGKILL after `grace` seconds."""
-        if not self.alive():
-            return
-        _signal_group(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            _signal_group(self.process.pid, signal.SIGKILL)
+        """SIGTERM to its process group, SIGKILL after `grace` seconds; then SIGKILL to what
+        is left in the group (what it started and did not stop), also if it had died."""
+        if self.alive():
+            _signal_group(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=grace)
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL to its whole process group, and waits for it."""
+        _signal_group(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=10)
 
 
@@ -97,12 +117,39 @@ class Up:
     reused_server: bool = False
 
     def stop(self) -> None:
+        """Stops every child (the worker first); a second Ctrl-C or SIGTERM kills at once.
+
+        The process groups of children that died already are killed too: what they had
+        started (an agent's program, a subprocess run) goes with them.
+        """
         try:
             for child in reversed(self.children):
                 child.stop(grace=30 if child.name == "worker" else 15)
-        except KeyboardInterrupt:  # a second Ctrl-C: no more waiting
-            for child in self.children:
-                _signal_group(child.process.pid, signal.SIGKILL)
+        except (KeyboardInterrupt, _Stop):  # a second signal: no more waiting
+            with _signals_held(then=False):
+                for child in self.children:
+                    child.kill()
+
+
+@contextlib.contextmanager
+def _signals_held(*, then: bool = True) -> Iterator[None]:
+    """A Ctrl-C or SIGTERM during the block takes effect after it (a child started is a
+    child known), or, `then=False`, not at all. Deferred by handlers, not by the signal
+    mask: children inherit the mask."""
+    arrived: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda signum, _frame: arrived.append(signum))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if then and signal.SIGTERM in arrived:
+            raise _Stop
+        if then and signal.SIGINT in arrived:
+            raise KeyboardInterrupt
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -314,16 +361,27 @@ def deploy(api: str, home: Path) -> list[str]:
             "(pip install -e .) so its deployments can be registered"
         )
     log = _log_path(home, "deploy.log")
-    with log.open("ab") as out:
-        result = subprocess.run(
-            [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all",
-             "--prefect-file", str(prefect_file)],
-            cwd=PROJECT_ROOT, env=child_env(api), stdin=subprocess.DEVNULL,
-            stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False,
-        )  # fmt: skip
-    if result.returncode != 0:
-        raise UpError(f"`prefect deploy --all` failed: {_last_error(log)}; see {log}")
-    return pool_deployments()
+    for attempt in range(1, BUSY_TRIES + 1):
+        with log.open("ab") as out:
+            result = subprocess.run(
+                [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all",
+                 "--prefect-file", str(prefect_file)],
+                cwd=PROJECT_ROOT, env=child_env(api), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False,
+            )  # fmt: skip
+        if result.returncode == 0:
+            return pool_deployments()
+        error = _last_error(log)
+        # A busy server on SQLite answers 503 now and then (more so where the client's own
+        # retries are turned off); deploying again is harmless: it updates in place.
+        if "503" not in error or attempt == BUSY_TRIES:
+            raise UpError(f"`prefect deploy --all` failed: {error}; see {log}")
+        print(
+            f"`prefect deploy --all`: the server was busy (503); trying again ({attempt})",
+            flush=True,
+        )
+        time.sleep(2 * attempt)
+    raise AssertionError("unreachable")
 
 
 def pool_deployments(pool: str = POOL) -> list[str]:
@@ -414,6 +472,17 @@ def ensure_crash_automation(pool: str = POOL, within_seconds: float | None = Non
 
 def start_worker(api: str, home: Path, pool: str = POOL) -> Child:
     """Starts `teamflow worker` on `pool` and waits until the server sees it online."""
+    child, name = spawn_worker(api, home, pool)
+    try:
+        _wait_for_worker(child, pool, name)
+    except BaseException:
+        child.stop(grace=10)
+        raise
+    return child
+
+
+def spawn_worker(api: str, home: Path, pool: str = POOL) -> tuple[Child, str]:
+    """Starts `teamflow worker` on `pool` in its own session; returns it and its name."""
     import uuid
 
     name = f"teamflow {socket.gethostname()} {uuid.uuid4().hex[:8]}"
@@ -425,13 +494,7 @@ def start_worker(api: str, home: Path, pool: str = POOL) -> Child:
             stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_ROOT,
             umask=PRIVATE_UMASK,
         )  # fmt: skip
-    child = Child("worker", process, log, detail=f"{name!r} on pool {pool}")
-    try:
-        _wait_for_worker(child, pool, name)
-    except BaseException:
-        child.stop(grace=10)
-        raise
-    return child
+    return Child("worker", process, log, detail=f"{name!r} on pool {pool}"), name
 
 
 def _wait_for_worker(child: Child, pool: str, name: str) -> None:
@@ -457,7 +520,7 @@ def _wait_for_worker(child: Child, pool: str, name: str) -> None:
 # --- the command ---------------------------------------------------------------------------
 
 
-class _Stop(Exception):
+class _Stop(BaseException):
     """SIGTERM arrived."""
 
 
@@ -468,13 +531,16 @@ def up(*, host: str | None = None, echo: Callable[[str], None] = print) -> None:
     try:
         state = bring_up(host=host, echo=echo)
         _report(state, echo)
-        _supervise(state)
+        _supervise(state, echo)
     except (KeyboardInterrupt, _Stop):
-        echo("stopping what teamflow up started")
+        with contextlib.suppress(KeyboardInterrupt, _Stop):
+            echo("stopping what teamflow up started")
     finally:
-        if state is not None:
-            state.stop()
-        signal.signal(signal.SIGTERM, previous)
+        try:
+            if state is not None:
+                state.stop()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _raise_stop(_signum: int, _frame: Any) -> None:
@@ -533,19 +599,39 @@ def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) ->
                     f"{parts.hostname}:{parts.port} is taken by something that is not a "
                     f"Prefect server ({answer}); stop it or set PREFECT_API_URL to another port"
                 )
-            if ensure_pool():
+            if _while_busy("creating the work pool", ensure_pool):
                 echo(f"created the work pool {POOL!r}")
             names = deploy(api, home)
             echo(f"registered {len(names)} deployment(s): {', '.join(names)}")
-            ensure_crash_automation()
+            _while_busy("installing the crash automation", ensure_crash_automation)
             echo(f"installed the automation {CRASH_AUTOMATION!r}")
-            every = schedule_watchdog(watchdog_every)
+            every = _while_busy(
+                "scheduling the watchdog", lambda: schedule_watchdog(watchdog_every)
+            )
             echo(f"scheduled the watchdog every {every:g} s")
             state.children.append(start_worker(api, home))
         except BaseException:
             state.stop()
             raise
     return state
+
+
+def _while_busy(what: str, step: Callable[[], _T]) -> _T:
+    """`step()`, tried again (up to `BUSY_TRIES` times) while the server answers 503 (busy,
+    as Prefect's server on SQLite is now and then, more so where the client's own retries are
+    turned off); any other refusal of the server is one line for the user."""
+    from prefect.exceptions import PrefectHTTPStatusError
+
+    for attempt in range(1, BUSY_TRIES + 1):
+        try:
+            return step()
+        except PrefectHTTPStatusError as exc:
+            status = exc.response.status_code
+            if status != 503 or attempt == BUSY_TRIES:
+                raise UpError(f"{what}: the Prefect server answered {status}") from None
+        print(f"{what}: the server was busy (503); trying again ({attempt})", flush=True)
+        time.sleep(2 * attempt)
+    raise AssertionError("unreachable")
 
 
 def _report(state: Up, echo: Callable[[str], None]) -> None:
@@ -561,14 +647,51 @@ def _report(state: Up, echo: Callable[[str], None]) -> None:
     echo("Ctrl-C stops what this command started.")
 
 
-def _supervise(state: Up) -> None:
+@dataclass
+class Restarts:
+    """When to start a dead worker again: 1 s, 2 s, 4 s ... capped; reset once it held."""
+
+    first: float = RESTART_FIRST_SECONDS
+    most: float = RESTART_MAX_SECONDS
+    stable: float = STABLE_SECONDS
+    wait: float = 0.0
+
+    def after_death(self, lived: float) -> float:
+        """The wait before the next start of a worker that died after `lived` seconds."""
+        if lived >= self.stable or self.wait == 0.0:
+            self.wait = self.first
+        else:
+            self.wait = min(self.wait * 2, self.most)
+        return self.wait
+
+
+def _supervise(state: Up, echo: Callable[[str], None]) -> None:
+    """Watches the children: a worker that died is started again (with backoff, said on the
+    output); a server that died ends `teamflow up` (an `UpError`)."""
+    restarts = Restarts()
+    started = {id(child): time.monotonic() for child in state.children}
     while True:
-        for child in state.children:
-            if not child.alive():
+        for index, child in enumerate(state.children):
+            if child.alive():
+                continue
+            code = child.process.returncode
+            if child.name != "worker":
                 raise UpError(
-                    f"the {child.name} stopped unexpectedly (exit {child.process.returncode}): "
+                    f"the {child.name} stopped unexpectedly (exit {code}): "
                     f"{_last_error(child.log)}; see {child.log}"
                 )
+            child.kill()  # what the dead worker left in its process group goes with it
+            wait = restarts.after_death(time.monotonic() - started.pop(id(child)))
+            echo(
+                f"the worker (pid {child.process.pid}) died (exit {code}); "
+                f"starting it again in {wait:g} s"
+            )
+            time.sleep(wait)
+            with _signals_held():
+                worker, _name = spawn_worker(state.api, child.log.parent.parent)
+                state.children[index] = worker
+            started[id(worker)] = time.monotonic()
+            echo(f"  worker:  restarted, pid {worker.process.pid}, {worker.detail}")
         time.sleep(0.5)
 
 

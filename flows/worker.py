@@ -48,7 +48,7 @@ from prefect.flows import Flow
 from prefect.logging.loggers import flow_run_logger
 from prefect.workers.process import ProcessJobConfiguration, ProcessWorker, ProcessWorkerResult
 
-from flows.deadlines import keep_time
+from flows.deadlines import api_back, keep_time
 
 POOL = "teamflow"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -208,6 +208,15 @@ async def _cancel_leftovers() -> None:
     await asyncio.gather(*leftovers, return_exceptions=True)
 
 
+def _api_away(exc: BaseException) -> bool:
+    """Whether `exc` says the Prefect API cannot be reached for now (no answer, or 5xx)."""
+    import httpx
+
+    if isinstance(exc, httpx.HTTPStatusError):
+        return exc.response.status_code >= 500
+    return isinstance(exc, httpx.TransportError)
+
+
 def _due(flow_run: FlowRun) -> datetime | None:
     """When a run may start: the time of the Scheduled state it was taken in.
 
@@ -296,6 +305,7 @@ class TeamflowWorker(ProcessWorker):
         self._timers_changed = anyio.Event()
         self._entrypoints: dict[Any, str | None] = {}
         self.flow_threads = FlowThreads(self._limit or DEFAULT_LIMIT)
+        self._away_since: float | None = None
 
     async def run(
         self,
@@ -314,6 +324,55 @@ class TeamflowWorker(ProcessWorker):
             self.get_flow_run_logger(flow_run).exception("teamflow worker: the run broke off")
             return ProcessWorkerResult(status_code=1, identifier=str(os.getpid()))
         return ProcessWorkerResult(status_code=0, identifier=str(os.getpid()))
+
+    async def get_and_submit_flow_runs(self) -> list[FlowRun]:
+        """Prefect's poll, riding out an outage of the Prefect API (see `_while_away`)."""
+        return await self._while_away(super().get_and_submit_flow_runs(), [])
+
+    async def _sync_and_initialize(self) -> None:
+        """Prefect's heartbeat and sync, riding out an outage of the Prefect API."""
+        await self._while_away(super()._sync_and_initialize(), None)
+
+    async def _while_away(self, call: Any, instead: Any) -> Any:
+        """`await call`, or `instead` while the Prefect API is away (down, restarting).
+
+        Prefect's worker counts failed polls and exits after about a minute of them: the
+        runs waiting inside it (a plan waiting for its decision) would die with it. This
+        one says once that the API is away, keeps polling, and says when it is back.
+        """
+        try:
+            result = await call
+        except Exception as exc:
+            if not _api_away(exc):
+                raise
+            if self._away_since is None:
+                self._away_since = time.monotonic()
+                print(f"teamflow worker: the Prefect API is away ({exc!r}); waiting", flush=True)
+            return instead
+        if self._away_since is not None:
+            away, self._away_since = time.monotonic() - self._away_since, None
+            print(f"teamflow worker: the Prefect API is back after {away:.0f} s", flush=True)
+            # A heartbeat now, not at the next interval (30 s): after an outage longer than
+            # the server's offline window the pool reads "not ready", and commands refuse
+            # to start runs on it until a worker beats again.
+            await self._beat_now()
+            api_back()  # decisions recorded meanwhile reach their suspended runs now
+        return result
+
+    async def _beat_now(self, tries: int = 10) -> None:
+        """A heartbeat at once; a server just back may answer 503 for a moment, so try
+        again each second, `tries` times at most (the regular heartbeat comes after)."""
+        for attempt in range(tries):
+            try:
+                await ProcessWorker._sync_and_initialize(self)
+                return
+            except Exception as exc:
+                if attempt == tries - 1:
+                    print(
+                        f"teamflow worker: heartbeat after the outage failed: {exc!r}", flush=True
+                    )
+                    return
+                await anyio.sleep(1)
 
     async def kill_infrastructure(
         self,

@@ -28,7 +28,14 @@ from sqlmodel import Session
 from models import limits, mirror
 from models.base import UTCDateTime, check_member_name, check_team_name, utcnow
 from models.db import session_scope
-from models.inbox import InboxCounter, InboxMessage, InboxRow, refresh_file
+from models.inbox import (
+    InboxCounter,
+    InboxError,
+    InboxMessage,
+    InboxRow,
+    check_text,
+    refresh_file,
+)
 from models.limits import LimitError, loads_json, read_capped
 from models.membership import delete_team
 from models.tables import clear_rows, metadata, team_rows
@@ -95,6 +102,10 @@ def read_team_folder(folder: Path) -> tuple[TeamConfig, dict[str, list[InboxMess
                 )
             if entry.message_id is not None:
                 seen.add(entry.message_id)
+            try:
+                check_text(entry.text)
+            except InboxError as exc:
+                raise BackupError(f"{path}: entry [{i}].text: {exc}") from None
     return config, inboxes
 
 
@@ -205,8 +216,8 @@ def backup(name: str, out: Path, *, session: Session | None = None) -> Path:
 def _no_links(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     if info.issym() or info.islnk():
         return None
-    if info.name.endswith(".state") or info.name.endswith(".lock"):
-        return None  # teamflow's own bookkeeping; rebuilt on restore
+    if info.name.endswith((".state", ".lock", ".spare")):
+        return None  # teamflow's own bookkeeping (and an inbox's spare copy); rebuilt on restore
     return info
 
 
@@ -331,7 +342,21 @@ def _checked_rows(rows: Any, team: str, archive: Path) -> dict[str, list[dict[st
                     f"{archive}: {DUMP}: a row of {table_name} belongs to another team, "
                     f"not {team!r}"
                 )
+            if table_name == InboxRow.__tablename__:
+                _check_message_row(row, archive)
     return rows
+
+
+def _check_message_row(row: dict[str, Any], archive: Path) -> None:
+    """A restored message is held to what a send is held to (its text's size)."""
+    text = row.get("text")
+    where = f"{archive}: {DUMP}: message {row.get('message_id')!r}"
+    if not isinstance(text, str):
+        raise BackupError(f"{where}: text is not a string")
+    try:
+        check_text(text)
+    except InboxError as exc:
+        raise BackupError(f"{where}: {exc}") from None
 
 
 def _advance_id_sequence(session: Session, table: sa.Table) -> None:

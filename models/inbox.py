@@ -13,6 +13,7 @@ write it, and `type` names it, so both a person and a program can read the entry
 from __future__ import annotations
 
 import json
+import logging
 import os
 from enum import StrEnum
 from pathlib import Path
@@ -35,9 +36,8 @@ from models.base import (
     utcnow,
 )
 from models.db import session_scope
-from models.limits import LimitError, loads_json, read_capped
+from models.limits import LimitError, loads_json, salvage_array
 from models.mirror import mark
-from models.notification import Message, NotificationAdapter
 from models.team import Member, get_member, get_team, list_members
 from models.wire_support import error_lines
 
@@ -280,25 +280,7 @@ class InboxRow(SQLModel, table=True):
 
     def entry_dict(self) -> dict[str, Any]:
         """The row as a `004` inbox entry, JSON-ready (fast: the row was validated on write)."""
-        data: dict[str, Any] = {
-            "from": self.sender,
-            "text": self.text,
-            "summary": self.summary,
-            "timestamp": format_js_timestamp(self.timestamp),
-            "color": self.color,
-            "read": self.read,
-        }
-        present = set(
-            ("messageId", "type", "metadata") if self.fields_set is None else self.fields_set
-        )
-        if "messageId" in present:
-            data["messageId"] = self.message_id
-        if self.type is not None and "type" in present:
-            data["type"] = self.type
-        if self.meta is not None and "metadata" in present:
-            data["metadata"] = self.meta
-        data.update(self.extra or {})
-        return data
+        return _entry_dict(_Fields(self))
 
     # -- 001 ---------------------------------------------------------------------------------
 
@@ -324,6 +306,8 @@ class InboxRow(SQLModel, table=True):
 
     def to_notification(self) -> Any:
         """The row as a `001` notification; only notification types have this form."""
+        from models.notification import NotificationAdapter  # jsonschema, tasks: not for a send
+
         if self.type not in NOTIFICATION_TYPES:
             raise ValueError(f"message {self.message_id} of type {self.type!r} is no notification")
         recipient = self.recipient_agent_id or f"{self.recipient}@{self.team}"
@@ -364,6 +348,8 @@ class InboxRow(SQLModel, table=True):
 
     def to_message(self) -> Any:
         """The row as a `000` message."""
+        from models.notification import Message
+
         if self.payload is not None and self.category is not None:
             payload = self.payload
         else:
@@ -380,6 +366,28 @@ class InboxRow(SQLModel, table=True):
                 "status": status,
             }
         )
+
+
+def _entry_dict(row: Any) -> dict[str, Any]:
+    """A `004` entry from a row's values by attribute name (`meta` for `metadata`)."""
+    data: dict[str, Any] = {
+        "from": row["sender"],
+        "text": row["text"],
+        "summary": row["summary"],
+        "timestamp": format_js_timestamp(row["timestamp"]),
+        "color": row["color"],
+        "read": row["read"],
+    }
+    fields_set = row["fields_set"]
+    present = ("messageId", "type", "metadata") if fields_set is None else fields_set
+    if "messageId" in present:
+        data["messageId"] = row["message_id"]
+    if row["type"] is not None and "type" in present:
+        data["type"] = row["type"]
+    if row["meta"] is not None and "metadata" in present:
+        data["metadata"] = row["meta"]
+    data.update(row["extra"] or {})
+    return data
 
 
 def _was_set(model: WireModel, alias: str) -> bool:
@@ -725,10 +733,11 @@ def _bump(session: Session, team: str, member: str, *, appended: bool, by: int =
         sa.update(table)
         .where(table.c.team == team, table.c.member == member)
         .values(**values)
-        .returning(table.c.seq)
+        .returning(table.c.seq, table.c.version)
     ).first()
     if result is None:
         raise InboxError(f"team {team!r} has no inbox for {member!r}")
+    mark(session, "inbox", (team, member), version=result[1])
     return result[0]
 
 
@@ -749,11 +758,7 @@ def _deliver(
     read: bool = False,
     seq: int | None = None,
 ) -> InboxRow:
-    if len(text.encode()) > max_message_bytes():
-        raise InboxError(
-            f"message of {len(text.encode())} bytes is over the limit of {max_message_bytes()} "
-            "(TEAMFLOW_MAX_MESSAGE_BYTES)"
-        )
+    check_text(text)
     entry = {
         "from": sender,
         "text": text,
@@ -793,101 +798,281 @@ class SyncError(ValueError):
     """An inbox file teamflow cannot take in; says which file, entry and field."""
 
 
-def refresh_file(team: str, member: str) -> tuple[int, int]:
+log = logging.getLogger("teamflow.inbox")
+
+MAX_ROUNDS = 100
+"""How often one refresh writes the file again because an outside writer raced it."""
+
+
+def check_text(text: str) -> None:
+    """The limit every way in applies to a message's text (`InboxError`, one line)."""
+    size = len(text.encode())
+    if size > max_message_bytes():
+        raise InboxError(
+            f"message of {size} bytes is over the limit of {max_message_bytes()} "
+            "(TEAMFLOW_MAX_MESSAGE_BYTES)"
+        )
+
+
+def read_entries(
+    path: Path | str, data: bytes | None, error: str | None = None
+) -> tuple[list[InboxMessage], list[str]]:
+    """The valid entries of an inbox file's bytes, and one line per thing refused.
+
+    Each entry is held to what a send is held to (`InboxMessage`, `check_text`); a refused
+    entry does not stop the others. A file that is not JSON gives the whole entries before
+    the damage (a truncated file keeps all but its last); `data` None is a file that could
+    not be read (`error` says why).
+    """
+    if data is None:
+        return [], [error or f"{path}: could not be read"]
+    refused: list[str] = []
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return [], [f"{path}: not valid JSON: {exc}"]
+    try:
+        items = loads_json(text, what=str(path))
+    except (LimitError, ValueError) as exc:
+        items = salvage_array(text, what=str(path))
+        line = str(exc) if isinstance(exc, LimitError) else f"{path}: not valid JSON: {exc}"
+        if items:
+            line += f" (the {len(items)} entries before it are kept)"
+        refused.append(line.splitlines()[0])
+    if not isinstance(items, list):
+        return [], [f"{path}: an inbox file must be a JSON array"]
+    entries: list[InboxMessage] = []
+    for i, item in enumerate(items):
+        try:
+            entry = InboxMessage.model_validate(item)
+            check_text(entry.text)
+        except ValidationError as exc:
+            refused.append(f"{path}: entry {i}: {error_lines(exc)[0]}")
+            continue
+        except InboxError as exc:
+            refused.append(f"{path}: entry {i}: {exc}")
+            continue
+        entries.append(entry)
+    return entries, refused
+
+
+def refresh_file(
+    team: str, member: str, refused: list[str] | None = None, *, version: int | None = None
+) -> tuple[int, int]:
     """Brings `inboxes/{member}.json` up to date, first taking in what others wrote there.
 
-    Returns what was taken in: (messages added, messages marked read).
+    `version`: what the caller needs the file to show (the inbox counter's version after
+    its commit); a file that teamflow wrote at that version or a later one is left as it is.
+
+    Returns what was taken in: (messages added, messages marked read). What could not be
+    taken in (a file that is not JSON, an invalid or oversized entry) is one line each,
+    added to `refused` if given, else logged; such a file is kept beside the inbox as
+    `{member}.json.bad-{time}` and the inbox written again from the database, so one bad
+    file never makes a send fail, or the next ones.
+
+    An append costs O(new entries): they go into the spare copy, which is swapped in
+    (`mirror.append_to_spare`); the file is written whole only after a change that is no
+    append (read flags), an outside change, a repair, or when the spare cannot be used (a
+    reader still has it open). Sends from several processes are grouped: each commits its
+    row, then waits for the lock; whoever holds it writes every entry committed so far, and
+    the others find the file already at their version (or past it) and write nothing.
+
+    Outside writers that do not take `inboxes/.lock` (the `004` jq append recipe: read the
+    file, write `f.tmp`, `mv f.tmp f`) lose nothing that teamflow could have seen:
+
+    - Under the lock, teamflow opens the file and keeps it open. If it is not the version
+      teamflow last wrote (`.state`: inode, size, mtime), its entries are taken into the
+      database first, read through that descriptor.
+    - The new version is swapped in with `renameat2(RENAME_EXCHANGE)` (`mirror.swap_in`,
+      or `mirror.append_to_spare`),
+      which hands back the file that was at the path at the moment of the swap instead of
+      destroying it. If that is the file read (same inode, size, mtime), nothing came in
+      between and it becomes the spare copy. Otherwise an outside writer moved its file in after
+      teamflow read: that file is taken in now and the inbox written again (and so on, up
+      to `MAX_ROUNDS`; what was taken in last is then written by the next refresh).
+    - So every file an outside writer moves in is either swapped out by teamflow (and
+      taken in then) or still at the path (taken in by the next refresh, which sees it is
+      not teamflow's version). Its entries can only be missed if another unlocked writer
+      replaces it first, from a read made before it: outside writers racing each other,
+      which no reader can see.
+    - The one window the other way: a jq writer reads the file, teamflow swaps its new
+      version in, then the jq `mv` puts the older content back. teamflow's new entries are
+      then missing from the file but are in the database; the file is not teamflow's
+      version any more, so the next refresh (the next send, `teamflow sync`) takes in the
+      jq entry and writes the whole inbox from the database again. Once the writers stop,
+      one `sync` leaves file and database equal, with every message once.
     """
     path = mirror.inbox_path(team, member)
-    taken = (0, 0)
+    taken = [0, 0]
+
+    def take(entries: list[InboxMessage]) -> bool:
+        added, marked = take_in(team, member, entries)
+        taken[0] += added
+        taken[1] += marked
+        return bool(added or marked)
+
+    def report(lines: list[str], kept: Path | None) -> None:
+        where = f" (the file is kept as {kept.name})" if kept is not None else ""
+        for line in lines:
+            if refused is not None:
+                refused.append(line + where)
+            else:
+                log.warning("teamflow: %s%s", line, where)
+
+    if version is not None and _written_at(path, version):
+        return 0, 0  # without waiting for the lock, which the process writing it holds
     with mirror.inbox_lock(team):
-        changed = mirror.changed_outside(path)
-        if changed:
-            taken = take_in(team, member, path)
-        state = None if changed else mirror.read_state(path)
-        with db.engine().connect().execution_options(teamflow_read_only=True) as conn:
-            counter = conn.execute(
-                sa.select(InboxCounter.seq, InboxCounter.version).where(
-                    InboxCounter.team == team, InboxCounter.member == member
-                )
-            ).first()
-            if counter is None:  # the member is gone
-                return taken
-            seq, version = counter
+        for _ in range(MAX_ROUNDS):
+            with mirror.snapshot(path) as snap:
+                state = mirror.read_state(path)
+                ours = snap is not None and state is not None and state.matches(snap.stat)
+                if ours and version is not None and state.version >= version:
+                    break  # what the caller committed is in the file already
+                bad: list[str] = []
+                if snap is not None and not ours:
+                    entries, bad = read_entries(path, snap.read(), snap.error)
+                    take(entries)
+                with db.engine().connect().execution_options(teamflow_read_only=True) as conn:
+                    counter = _counter(conn, team, member)
+                    if counter is None:  # the member is gone
+                        break
+                    seq, version = counter
+                    if ours and (seq, version) == (state.seq, state.version):
+                        break  # another writer already wrote this version
+                    swapped = None
+                    spare = state.spare_state() if ours else None
+                    if spare is not None and _appended_since(spare, seq, version):
+                        after = _entries(conn, team, member, spare.seq, seq)
+                        swapped = mirror.append_to_spare(path, spare, after)
+                    if swapped is None:
+                        data = None
+                        if ours and _appended_since(state, seq, version):
+                            old = snap.read()
+                            if old is not None:
+                                after = _entries(conn, team, member, state.seq, seq)
+                                data = mirror.append_bytes(old, after)
+                        if data is None:
+                            data = mirror.array_bytes(_entries(conn, team, member, 0, seq))
+                        swapped = mirror.swap_in(path, data)
+                if snap is not None and snap.same_file(swapped.old_stat):
+                    outside = None  # what was swapped out is the file read
+                    kept = None
+                    if bad:
+                        report(bad, mirror.set_aside(path, swapped.old, None))
+                    elif ours and swapped.written:  # a version teamflow wrote: the new spare
+                        if mirror.keep_as_spare(path, swapped.old):  # type: ignore[arg-type]
+                            kept = mirror.FileState.of(swapped.old_stat, state.seq, state.version)  # type: ignore[arg-type,union-attr]
+                    else:
+                        swapped.old.unlink()  # type: ignore[union-attr]
+                else:
+                    outside = swapped.old  # moved in by another writer after the read
+                    kept = None
+                    if bad:
+                        data = snap.read() if snap is not None else None
+                        report(bad, mirror.set_aside(path, None, data) if data else None)
+                if swapped.written:
+                    state = mirror.FileState.of(swapped.stat, seq, version, kept)
+                    mirror.write_state(path, state)
+                again = not swapped.written
+            if outside is not None:
+                with mirror.snapshot(outside) as other:
+                    entries, bad = read_entries(path, other.read(), other.error)  # type: ignore[union-attr]
+                again = take(entries) or again
+                if bad:
+                    report(bad, mirror.set_aside(path, outside, None))
+                else:
+                    outside.unlink()
+            if not again:
+                break
+    return taken[0], taken[1]
 
-            def entries_after(since: int) -> list[dict[str, Any]]:
-                rows = conn.execute(
-                    sa.select(InboxRow.__table__)
-                    .where(
-                        InboxRow.team == team,
-                        InboxRow.recipient == member,
-                        InboxRow.seq > since,
-                        InboxRow.seq <= seq,
-                    )
-                    .order_by(InboxRow.seq)
-                )
-                return [_row(row._mapping).entry_dict() for row in rows]
 
-            if state is not None and (seq, version) == (state.seq, state.version):
-                return taken  # another writer already wrote this version
-            only_appends = (
-                state is not None
-                and seq >= state.seq
-                and version - state.version == seq - state.seq
-            )
-            mirror.write_inbox(
-                team,
-                member,
-                seq=seq,
-                version=version,
-                appended=entries_after(state.seq) if only_appends and state else None,
-                everything=lambda: entries_after(0),
-            )
-        return taken
+def _written_at(path: Path, version: int) -> bool:
+    """True if the file at `path` is one teamflow wrote at `version` or later.
 
-
-def take_in(team: str, member: str, path: Path) -> tuple[int, int]:
-    """Takes messages appended to, and read flags set in, an inbox file into the database.
-
-    Returns (messages added, messages marked read). Entries already known (by `messageId`)
-    are not added again; a read flag is only ever set, never cleared. A malformed file is
-    refused whole, naming the file, the entry and the field.
+    Safe without the lock: a file at the path is never changed in place, so if the path
+    holds the very file the state describes (inode, size, mtime), that file has the state's
+    version. A state file read half written does not parse and says nothing.
     """
+    state = mirror.read_state(path)
+    if state is None or state.version < version:
+        return False
     try:
-        data = loads_json(read_capped(path).decode("utf-8"), what=str(path))
-    except LimitError as exc:
-        raise SyncError(str(exc)) from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise SyncError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(data, list):
-        raise SyncError(f"{path}: an inbox file must be a JSON array")
-    entries: list[InboxMessage] = []
-    for i, item in enumerate(data):
-        try:
-            entries.append(InboxMessage.model_validate(item))
-        except ValidationError as exc:
-            raise SyncError(f"{path}: entry {i}: {error_lines(exc)[0]}") from None
+        return state.matches(os.lstat(path))
+    except OSError:
+        return False
+
+
+def _appended_since(state: mirror.FileState, seq: int, version: int) -> bool:
+    """True if the inbox changed only by appends since the version `state` describes."""
+    return seq >= state.seq and version - state.version == seq - state.seq
+
+
+def _counter(conn: sa.Connection, team: str, member: str) -> tuple[int, int] | None:
+    counter = conn.execute(
+        sa.select(InboxCounter.seq, InboxCounter.version).where(
+            InboxCounter.team == team, InboxCounter.member == member
+        )
+    ).first()
+    return None if counter is None else (counter[0], counter[1])
+
+
+def _entries(
+    conn: sa.Connection, team: str, member: str, since: int, until: int
+) -> list[dict[str, Any]]:
+    """The inbox's entries with `since` < seq <= `until`, oldest first."""
+    rows = conn.execute(
+        sa.select(InboxRow.__table__)
+        .where(
+            InboxRow.team == team,
+            InboxRow.recipient == member,
+            InboxRow.seq > since,
+            InboxRow.seq <= until,
+        )
+        .order_by(InboxRow.seq)
+    )
+    return [_entry_dict(_Attributes(row._mapping)) for row in rows]
+
+
+def _content_key(sender: str, timestamp: Any, text: str) -> tuple[str, str, str]:
+    return sender, format_js_timestamp(timestamp), text
+
+
+def take_in(team: str, member: str, entries: list[InboxMessage]) -> tuple[int, int]:
+    """Takes an inbox file's (valid) entries into the database: the new ones, and read flags.
+
+    Returns (messages added, messages marked read). An entry with a `messageId` is the
+    message with that id. One without (as Claude Code's team tools write them: `from, text,
+    timestamp, read, summary, color`, e.g. when they mark messages read) is the stored
+    message with the same sender, timestamp and text, each stored message matched at most
+    once; only one that matches none is new. A read flag is only ever set, never cleared.
+    """
     added = marked = 0
     with session_scope() as s:
-        rows = list(
-            s.exec(select(InboxRow).where(InboxRow.team == team, InboxRow.recipient == member))
-        )
+        table = InboxRow.__table__
+        rows = s.execute(
+            sa.select(table.c.message_id, table.c.sender, table.c.timestamp, table.c.text,
+                      table.c.read)
+            .where(table.c.team == team, table.c.recipient == member)
+            .order_by(table.c.seq)
+        ).all()  # fmt: skip
         known = {r.message_id: r.read for r in rows}
-        # Entries kept without a messageId (as imported) are known by sender, time and text.
-        by_content = {
-            (r.sender, r.timestamp, r.text): r.message_id
-            for r in rows
-            if r.fields_set is not None and "messageId" not in r.fields_set
-        }
+        named = {e.message_id for e in entries if e.message_id}
+        by_content: dict[tuple[str, str, str], list[str]] = {}
+        for r in rows:
+            if r.message_id not in named:
+                key = _content_key(r.sender, r.timestamp, r.text)
+                by_content.setdefault(key, []).append(r.message_id)
         to_mark: list[str] = []
         for entry in entries:
-            message_id = entry.message_id or by_content.get(
-                (entry.from_, entry.timestamp, entry.text)
-            )
+            message_id = entry.message_id
+            if message_id is None:
+                same = by_content.get(_content_key(entry.from_, entry.timestamp, entry.text))
+                message_id = same.pop(0) if same else None
             if message_id in known:
                 if entry.read and not known[message_id]:
-                    to_mark.append(message_id)
-                    known[message_id] = True
+                    to_mark.append(message_id)  # type: ignore[arg-type]
+                    known[message_id] = True  # type: ignore[index]
                 continue
             row = InboxRow.from_entry(team, member, entry)
             row.fields_set = None  # written back with its (possibly new) messageId
@@ -898,12 +1083,21 @@ def take_in(team: str, member: str, path: Path) -> tuple[int, int]:
         if to_mark:
             marked = _mark(s, team, member, to_mark)
         s.info.pop("teamflow_mirror", None)  # the caller holds the lock and writes the file
+        s.info.pop("teamflow_mirror_versions", None)
     return added, marked
 
 
-def sync(team: str) -> dict[str, tuple[int, int]]:
-    """Takes in every inbox file of `team`; returns (added, marked read) per member."""
-    return {member.name: refresh_file(team, member.name) for member in list_members(team)}
+def sync(team: str, refused: dict[str, list[str]] | None = None) -> dict[str, tuple[int, int]]:
+    """Takes in every inbox file of `team`; returns (added, marked read) per member.
+
+    What could not be taken in is one line each in `refused[member]` (logged if `refused`
+    is not given); the rest is taken in (see `refresh_file`).
+    """
+    report = {}
+    for m in list_members(team):
+        lines = refused.setdefault(m.name, []) if refused is not None else None
+        report[m.name] = refresh_file(team, m.name, lines)
+    return report
 
 
 def _row(values: Any) -> InboxRow:
@@ -912,10 +1106,31 @@ def _row(values: Any) -> InboxRow:
 
 
 _ATTRIBUTES = {prop.columns[0].key: prop.key for prop in sa.inspect(InboxRow).column_attrs}
+_COLUMNS = {attribute: column for column, attribute in _ATTRIBUTES.items()}
 
 
-def _write_inbox(team: str, member: str) -> None:
-    refresh_file(team, member)
+class _Fields:
+    """An object's attributes read as `obj["name"]`."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __getitem__(self, attribute: str) -> Any:
+        return getattr(self.obj, attribute)
+
+
+class _Attributes:
+    """A Core result row read by attribute name (no `InboxRow` built: the mirror's hot path)."""
+
+    def __init__(self, mapping: Any) -> None:
+        self.mapping = mapping
+
+    def __getitem__(self, attribute: str) -> Any:
+        return self.mapping[_COLUMNS.get(attribute, attribute)]
+
+
+def _write_inbox(team: str, member: str, version: int | None = None) -> None:
+    refresh_file(team, member, version=version)
 
 
 mirror.register("inbox", _write_inbox)

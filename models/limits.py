@@ -62,6 +62,17 @@ def loads_json(data: bytes | str, *, what: str) -> Any:
     `UnicodeDecodeError`, as `json.loads` does.
     """
 
+    try:
+        value = json.loads(data, **_hooks(what))
+    except RecursionError:
+        raise LimitError(f"{what}: nested deeper than {MAX_JSON_DEPTH} levels") from None
+    check_depth(value, what=what)
+    return value
+
+
+def _hooks(what: str) -> dict[str, Any]:
+    """`json.loads` keywords refusing numbers that are not finite."""
+
     def not_finite(token: str) -> float:
         raise LimitError(f"{what}: {token} is not a JSON number (numbers must be finite)")
 
@@ -71,12 +82,39 @@ def loads_json(data: bytes | str, *, what: str) -> Any:
             not_finite(text)
         return number
 
-    try:
-        value = json.loads(data, parse_constant=not_finite, parse_float=finite)
-    except RecursionError:
-        raise LimitError(f"{what}: nested deeper than {MAX_JSON_DEPTH} levels") from None
-    check_depth(value, what=what)
-    return value
+    return {"parse_constant": not_finite, "parse_float": finite}
+
+
+def salvage_array(text: str, *, what: str) -> list[Any]:
+    """The whole values at the start of a damaged JSON array (a truncated file, a bad byte
+    in the middle), up to the first damage; `[]` if `text` does not start an array.
+
+    Each value is held to the same rules as `loads_json` (depth, finite numbers).
+    """
+    decoder = json.JSONDecoder(**_hooks(what))
+    items: list[Any] = []
+    pos = _skip_space(text, 0)
+    if not text.startswith("[", pos):
+        return items
+    pos += 1
+    while True:
+        pos = _skip_space(text, pos)
+        try:
+            value, pos = decoder.raw_decode(text, pos)
+            check_depth(value, what=what)
+        except (ValueError, RecursionError):
+            return items
+        items.append(value)
+        pos = _skip_space(text, pos)
+        if not text.startswith(",", pos):
+            return items
+        pos += 1
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\n\r":
+        pos += 1
+    return pos
 
 
 def check_depth(value: Any, *, what: str, limit: int | None = None) -> None:

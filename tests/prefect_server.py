@@ -143,6 +143,37 @@ def prefect_server(
         assert_clean_log(server)
 
 
+def _libc_prctl() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
+def with_the_tests() -> Any:
+    """A `preexec_fn`: the child gets SIGTERM when the test process ends, however it ends.
+
+    Children run in their own session (their process group is stopped as a whole), so a
+    test run that is killed outright would otherwise leave its servers and workers behind.
+    """
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if _PRCTL is not None:
+            _PRCTL(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the tests ended before the line above
+            os._exit(143)
+
+    return preexec
+
+
 def restart(server: Server) -> None:
     """Starts the server's process (again: same port, same database) and waits for it."""
     port = server.api.rsplit(":", 1)[1].split("/")[0]
@@ -151,7 +182,7 @@ def restart(server: Server) -> None:
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
              "--port", port, "--analytics-off"],
             env=server.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=with_the_tests(),
         )  # fmt: skip
     process = server.process
     wait_until(lambda: healthy(server.api) or process.poll() is not None, 120, "Prefect server")
@@ -164,7 +195,7 @@ def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "flows.cli", *args],
             env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True, preexec_fn=with_the_tests(),
         )  # fmt: skip
 
 
@@ -210,7 +241,7 @@ class Run:
             self.error = exc
         self.finished_at = time.perf_counter()
 
-    def result(self, timeout: float = 60) -> Any:
+    def result(self, timeout: float = 180) -> Any:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the flow run did not finish"
         if self.error is not None:

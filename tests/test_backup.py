@@ -300,6 +300,11 @@ MALFORMED = {
         _symlink("inboxes/analyst-1.json"),
         r"in/inboxes/analyst-1\.json: a symlink; refusing to follow it",
     ),
+    "inbox entry over the message size limit": (
+        _edit("inboxes/analyst-1.json", _entry(1, text="x" * (1024 * 1024 + 1))),
+        r"in/inboxes/analyst-1\.json: entry \[1\]\.text: message of 1048577 bytes is over the "
+        r"limit of 1048576",
+    ),
 }
 
 
@@ -359,8 +364,8 @@ def populate(tmp_path: Path, home: Path) -> None:
 def snapshot(home: Path) -> tuple[dict[str, list[str]], dict[str, bytes | None]]:
     """The team's rows in every table (each table's rows sorted) and its files.
 
-    The mirror's own bookkeeping (`.lock`, `.*.state`: inode and mtime of what it wrote)
-    is left out: it is rebuilt on restore.
+    The mirror's own bookkeeping (`.lock`, `.*.state`: inode and mtime of what it wrote,
+    `.*.spare`: an inbox's version before, to append to) is left out: it is rebuilt.
     """
     with Session(db.engine()) as s:
         dump = backup._team_rows(s, TEAM)
@@ -371,7 +376,7 @@ def snapshot(home: Path) -> tuple[dict[str, list[str]], dict[str, bytes | None]]
     files: dict[str, bytes | None] = {}
     for top in ("teams", "tasks"):
         for name, data in files_under(home / top / TEAM).items():
-            if not (name.endswith(".state") or name.endswith(".lock")):
+            if not name.endswith((".state", ".lock", ".spare")):
                 files[f"{top}/{TEAM}/{name}"] = data
     return rows, files
 
@@ -527,6 +532,12 @@ def _unknown_column(dump: dict) -> None:
     dump["rows"]["teams"][0]["owner"] = "mallory"
 
 
+def _oversize_message(dump: dict) -> None:
+    for row in dump["rows"]["inbox_messages"]:
+        if row["message_id"] == "msg-task-001":
+            row["text"] = "x" * (1024 * 1024 + 1)
+
+
 def _member_named(name: str) -> Callable[[dict], None]:
     """Renames the member at position 2 in the dump's rows (its config.json name)."""
 
@@ -587,6 +598,10 @@ BAD_ARCHIVES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
         r"members\[2\]\.name: '\.\./\.\./\.\./\.\./tmp/x' is not a member name",
     ),
     "unknown column": (_dump_with(_unknown_column), "teams has no column 'owner'"),
+    "message over the size limit": (
+        _dump_with(_oversize_message),
+        r"message 'msg-task-001': message of 1048577 bytes is over the limit of 1048576",
+    ),
     "not an archive": (
         lambda path, _good: (path.write_text('{"team": "research-team"}'), path)[1],
         "not a teamflow backup",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,6 +95,93 @@ for i in range(count):
     waited = time.monotonic() + 0.05
     while time.monotonic() < waited and path.stat().st_ino == ours:
         time.sleep(0.002)
+"""
+
+# The `004` "Add new message" recipe as a shell runs it, without any lock against teamflow:
+# `jq '. += [{...}]' f > f.tmp && mv f.tmp f`. The two jq writers only take turns with each
+# other (their own lock file, not inboxes/.lock): two unlocked outside writers racing each
+# other lose each other's entries (both read, both move in) before any reader can see them.
+JQ_WRITER = f"""
+import fcntl, json, os, subprocess, sys, time, uuid
+from datetime import datetime, timezone
+from pathlib import Path
+from models import mirror
+prefix, count, barrier = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+path = mirror.inbox_path({TEAM!r}, {RECIPIENT!r})
+lock = os.open(barrier / "jq.lock", os.O_RDWR | os.O_CREAT, 0o600)
+recipe = 'jq "$1" "$2" > "$2.tmp" && mv "$2.tmp" "$2"'
+(barrier / f"ready-{{prefix}}").touch()
+while not (barrier / "go").exists():
+    time.sleep(0.002)
+for i in range(count):
+    entry = {{
+        "from": "coordinator",
+        "text": f"{{prefix}}-{{i}}",
+        "summary": "Churn analysis request",
+        "timestamp": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z"),
+        "color": "yellow",
+        "read": False,
+        "messageId": f"msg-{{uuid.uuid4()}}",
+    }}
+    program = ". += [" + json.dumps(entry) + "]"
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    try:
+        subprocess.run(["sh", "-c", recipe, "sh", program, str(path)], check=True, timeout=120)
+    finally:
+        fcntl.flock(lock, fcntl.LOCK_UN)
+"""
+
+
+# argv: prefix final barrier. Reads the inbox file as the seed's jq readers do (no lock), in
+# small chunks, over and over until it holds `final` entries; every 4th time also `jq
+# length`. Writes what it saw to `barrier/{prefix}.json`.
+READER = f"""
+import json, shutil, subprocess, sys, time
+from pathlib import Path
+from models import mirror
+prefix, final, barrier = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+path = mirror.inbox_path({TEAM!r}, {RECIPIENT!r})
+jq = shutil.which("jq")
+(barrier / f"ready-{{prefix}}").touch()
+while not (barrier / "go").exists():
+    time.sleep(0.002)
+reads, bad, lengths, n = 0, [], set(), 0
+deadline = time.monotonic() + {RUN_TIMEOUT}
+while n < final and time.monotonic() < deadline:
+    with open(path, "rb", buffering=0) as f:
+        chunks = []
+        while chunk := f.read(1024):
+            chunks.append(chunk)
+    data = b"".join(chunks)
+    reads += 1
+    try:
+        n = len(json.loads(data))
+        lengths.add(n)
+    except ValueError as exc:
+        bad.append(f"json.loads: {{exc}} ({{len(data)}} bytes)")
+    if jq and reads % 4 == 0:
+        out = subprocess.run([jq, "length", str(path)], capture_output=True, text=True)
+        if out.returncode != 0 or not out.stdout.strip().isdigit():
+            bad.append(f"jq length: {{out.stdout.strip()[:80]}} {{out.stderr.strip()[:200]}}")
+        else:
+            lengths.add(int(out.stdout))
+result = {{"reads": reads, "bad": bad[:10], "failed": len(bad), "lengths": len(lengths)}}
+(barrier / f"{{prefix}}.json").write_text(json.dumps(result))
+"""
+
+# argv: prefix count barrier. Marks the whole inbox read `count` times, 20 ms apart: each
+# is a change that is no append, so the file is written whole.
+MARKER = f"""
+import sys, time
+from pathlib import Path
+from models import inbox
+prefix, count, barrier = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+(barrier / f"ready-{{prefix}}").touch()
+while not (barrier / "go").exists():
+    time.sleep(0.002)
+for i in range(count):
+    inbox.mark_read({TEAM!r}, {RECIPIENT!r})
+    time.sleep(0.02)
 """
 
 
@@ -202,6 +290,48 @@ def test_an_outside_writer_under_the_lock_and_teamflow_senders_both_keep_every_m
     assert min(r.seq for r in outside) < max(r.seq for r in rows if r.text.startswith("p"))
     assert all(r.message_id.startswith("msg-") and r.summary.startswith("Churn") for r in outside)
     assert inbox.sync(TEAM)[RECIPIENT] == (0, 0)
+
+
+@pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
+def test_the_unlocked_jq_append_recipe_racing_teamflow_writers_loses_nothing(
+    home: Path, tmp_path: Path
+) -> None:
+    """8 processes sending through teamflow and 2 running the jq recipe with no lock: after
+    one `sync`, every message is in the database once and the file holds the same (the
+    argument why is in `models.inbox.refresh_file`)."""
+    research_team()
+    writers = [(API_SENDER, f"p{n}", 40) for n in range(8)]
+    writers += [(JQ_WRITER, f"jq{n}", 50) for n in range(2)]
+    run_together(writers, tmp_path)
+    inbox.sync(TEAM)
+    expected = {f"p{n}-{i}" for n in range(8) for i in range(40)}
+    expected |= {f"jq{n}-{i}" for n in range(2) for i in range(50)}
+    rows = assert_inbox_consistent(expected)
+    assert len(rows) == 421
+    path = mirror.inbox_path(TEAM, RECIPIENT)
+    leftovers = {p.name for p in path.parent.iterdir() if RECIPIENT in p.name}
+    # Nothing set aside or left over; the spare copy (the version before) may be there.
+    assert leftovers - {f".{path.name}.spare"} == {path.name, f".{path.name}.state"}
+    assert inbox.sync(TEAM)[RECIPIENT] == (0, 0)
+
+
+def test_readers_without_a_lock_see_a_whole_json_array_while_senders_append(
+    home: Path, tmp_path: Path
+) -> None:
+    """Two readers loop over the file (json.loads of a chunked read, and `jq length`) while
+    4 processes send and one marks messages read: every read is a valid array."""
+    research_team()
+    final = 1 + 4 * 150
+    writers = [(API_SENDER, f"p{n}", 150) for n in range(4)]
+    writers += [(READER, f"reader{n}", final) for n in range(2)]
+    writers.append((MARKER, "marker", 10))
+    run_together(writers, tmp_path)
+    for n in range(2):
+        seen = json.loads((tmp_path / "barrier" / f"reader{n}.json").read_text())
+        assert seen["failed"] == 0, seen["bad"]
+        assert seen["reads"] > 10 and seen["lengths"] > 2, seen  # it read while they wrote
+    rows = assert_inbox_consistent({f"p{n}-{i}" for n in range(4) for i in range(150)})
+    assert len(rows) == final
 
 
 def test_metadata_reaches_the_inbox_file_as_it_is_in_the_database(home: Path) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -351,24 +353,41 @@ def test_an_outside_append_is_not_lost_when_teamflow_writes_next(home: Path) -> 
     assert all(e.get("messageId") for e in on_disk)
 
 
-def test_sync_refuses_a_malformed_inbox_file_naming_the_entry(home: Path) -> None:
+def bad_files(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(f"{path.name}.bad-*"))
+
+
+def outside_entry(text: str, **fields: object) -> dict:
+    """An entry as the `004` jq append recipe writes it (no messageId unless given)."""
+    return {
+        "from": "coordinator",
+        "text": text,
+        "summary": "s",
+        "timestamp": "2026-02-16T10:40:00.000Z",
+        "color": "yellow",
+        "read": False,
+        **fields,
+    }
+
+
+def test_sync_refuses_a_malformed_entry_naming_it_and_takes_in_the_rest(home: Path) -> None:
     research_team()
     path = mirror.inbox_path(TEAM, "analyst-1")
     entries = json.loads(path.read_text())
-    entries.append(
-        {
-            "from": "coordinator",
-            "text": "x",
-            "summary": "s",
-            "timestamp": "now",
-            "color": "yellow",
-            "read": False,
-        }
-    )
+    entries += [outside_entry("x", timestamp="now"), outside_entry("fine")]
     path.write_text(json.dumps(entries))
-    with pytest.raises(inbox.SyncError, match="entry 1: timestamp"):
-        inbox.sync(TEAM)
-    assert len(inbox.messages(TEAM, "analyst-1")) == 1
+    written = path.read_bytes()
+    refused: dict[str, list[str]] = {}
+    assert inbox.sync(TEAM, refused)["analyst-1"] == (1, 0)
+    [line] = refused["analyst-1"]
+    assert line.startswith(f"{path}: entry 1: timestamp")
+    [kept] = bad_files(path)
+    assert kept.read_bytes() == written and kept.name in line
+    rows = inbox.messages(TEAM, "analyst-1")
+    assert [r.text for r in rows][1:] == ["fine"]
+    assert json.loads(path.read_text()) == [r.entry_dict() for r in rows]
+    assert inbox.sync(TEAM, refused)["analyst-1"] == (0, 0)  # reported once: the file is ours
+    assert len(refused["analyst-1"]) == 1 and len(bad_files(path)) == 1
 
 
 @pytest.mark.parametrize(
@@ -389,11 +408,114 @@ def test_sync_refuses_an_inbox_file_beyond_the_limits_in_one_line(
         monkeypatch.setattr(limits, "MAX_JSON_BYTES", 1024)
     path = mirror.inbox_path(TEAM, "analyst-1")
     path.write_bytes(content)
-    with pytest.raises(inbox.SyncError, match=message) as refused:
-        inbox.sync(TEAM)
-    assert str(refused.value).startswith(str(path))
-    assert len(str(refused.value).splitlines()) == 1
-    assert len(inbox.messages(TEAM, "analyst-1")) == 1
+    refused: dict[str, list[str]] = {}
+    inbox.sync(TEAM, refused)
+    [line] = refused["analyst-1"]
+    assert line.startswith(str(path)) and message in line
+    assert [p.read_bytes() for p in bad_files(path)] == [content]
+    rows = inbox.messages(TEAM, "analyst-1")
+    assert len(rows) == 1
+    assert json.loads(path.read_text()) == [r.entry_dict() for r in rows]
+
+
+# --- outside writers: entries without messageId, bad files, limits -------------------------
+
+
+def test_an_outside_tool_marking_read_without_message_ids_duplicates_nothing(home: Path) -> None:
+    """Claude Code's team tools rewrite an inbox with `from, text, timestamp, read, summary,
+    color` only: each entry is matched to its message by sender, timestamp and text."""
+    research_team()
+    for text in ("one", "two", "two"):  # the same text twice: two messages, matched once each
+        inbox.send(TEAM, to="analyst-1", sender="coordinator", text=text)
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="typed", type="user_message")
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    before = inbox.messages(TEAM, "analyst-1")
+    keep = ("from", "text", "timestamp", "read", "summary", "color")
+    rewritten = [{k: e[k] for k in keep} for e in json.loads(path.read_text())]
+    for e in rewritten[1:4]:
+        e["read"] = True
+    rewritten.append(outside_entry("new from outside"))
+    path.write_text(json.dumps(rewritten, indent=2))
+    assert inbox.sync(TEAM)["analyst-1"] == (1, 3)
+    rows = inbox.messages(TEAM, "analyst-1")
+    assert [r.message_id for r in rows[:-1]] == [r.message_id for r in before]
+    assert [r.read for r in rows] == [False, True, True, True, False, False]
+    assert rows[-1].text == "new from outside" and rows[-1].message_id.startswith("msg-")
+    assert rows[4].type == "user_message"  # kept, and back in the file
+    assert json.loads(path.read_text()) == [r.entry_dict() for r in rows]
+    assert inbox.sync(TEAM)["analyst-1"] == (0, 0)  # taken in once
+    # The tool writes its view again (no ids, the new one included): still nothing twice.
+    again = [{k: e[k] for k in keep} for e in json.loads(path.read_text())]
+    path.write_text(json.dumps(again))
+    assert inbox.sync(TEAM)["analyst-1"] == (0, 0)
+    assert len(inbox.messages(TEAM, "analyst-1")) == 6
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncated", "entry without summary"],
+)
+def test_a_send_over_a_bad_inbox_file_succeeds_keeps_the_file_and_reports_once(
+    home: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    research_team()
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    entries = [*json.loads(path.read_text()), outside_entry("from outside")]
+    if damage == "truncated":
+        written = json.dumps(entries, indent=2).encode()[:-40]
+    else:
+        bad = outside_entry("no summary")
+        del bad["summary"]
+        written = json.dumps([*entries, bad], indent=2).encode()
+    path.write_bytes(written)
+    with caplog.at_level("WARNING", logger="teamflow.inbox"):
+        row = inbox.send(TEAM, to="analyst-1", sender="coordinator", text="sent")
+        for i in range(3):  # and the next sends do not fail either
+            inbox.send(TEAM, to="analyst-1", sender="coordinator", text=f"later {i}")
+    [kept] = bad_files(path)
+    assert kept.read_bytes() == written
+    [report] = [r.getMessage() for r in caplog.records]
+    assert str(path) in report and kept.name in report
+    assert ("not valid JSON" if damage == "truncated" else "summary") in report
+    rows = inbox.messages(TEAM, "analyst-1")
+    texts = [r.text for r in rows][1:]
+    # The good entries of the bad file are taken in (the truncated one loses its last).
+    good = [] if damage == "truncated" else ["from outside"]
+    assert sorted(texts) == sorted(["sent", *good, "later 0", "later 1", "later 2"])
+    assert [r.message_id for r in rows].count(row.message_id) == 1
+    assert json.loads(path.read_text()) == [r.entry_dict() for r in rows]
+
+
+def test_a_truncated_file_keeps_the_entries_before_the_damage(home: Path) -> None:
+    research_team()
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    entries = json.loads(path.read_text()) + [outside_entry(f"o{i}") for i in range(3)]
+    path.write_bytes(json.dumps(entries, indent=2).encode()[:-30])
+    refused: dict[str, list[str]] = {}
+    assert inbox.sync(TEAM, refused)["analyst-1"] == (2, 0)
+    [line] = refused["analyst-1"]
+    assert "not valid JSON" in line and "the 3 entries before it are kept" in line
+    assert [r.text for r in inbox.messages(TEAM, "analyst-1")][1:] == ["o0", "o1"]
+
+
+def test_sync_refuses_an_oversize_entry_as_a_send_does_and_takes_in_the_rest(
+    home: Path,
+) -> None:
+    research_team()
+    big = "x" * (inbox.DEFAULT_MAX_MESSAGE_BYTES + 1)
+    with pytest.raises(InboxError, match="over the limit of 1048576"):
+        inbox.send(TEAM, to="analyst-1", sender="coordinator", text=big)
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    entries = json.loads(path.read_text())
+    entries += [outside_entry("before"), outside_entry(big), outside_entry("after")]
+    path.write_text(json.dumps(entries))
+    refused: dict[str, list[str]] = {}
+    assert inbox.sync(TEAM, refused)["analyst-1"] == (2, 0)
+    [line] = refused["analyst-1"]
+    assert line.startswith(f"{path}: entry 2: message of 1048577 bytes is over the limit")
+    assert len(line.splitlines()) == 1 and len(line) < 400
+    assert [r.text for r in inbox.messages(TEAM, "analyst-1")][1:] == ["before", "after"]
+    assert len(bad_files(path)) == 1
 
 
 def test_send_many_delivers_in_order_with_one_file_write_per_inbox(home: Path) -> None:
@@ -423,3 +545,56 @@ def test_send_many_is_all_or_nothing(home: Path) -> None:
     assert [r.text for r in inbox.messages(TEAM, "analyst-1")] == [
         "You are data analyst 1. Analyze data carefully."
     ]
+
+
+def test_without_rename_exchange_the_old_file_is_moved_aside_and_nothing_is_lost(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mirror, "_renameat2", False)  # as where renameat2 is not supported
+    research_team()
+    path = mirror.inbox_path(TEAM, "analyst-1")
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="one")
+    path.write_text(json.dumps([*json.loads(path.read_text()), outside_entry("outside")]))
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="two")
+    rows = inbox.messages(TEAM, "analyst-1")
+    assert sorted(r.text for r in rows[1:]) == ["one", "outside", "two"]
+    assert json.loads(path.read_text()) == [r.entry_dict() for r in rows]
+    assert sorted(p.name for p in path.parent.iterdir() if "analyst-1" in p.name) == [
+        ".analyst-1.json.state",
+        "analyst-1.json",
+    ]
+
+
+def imported_by(args: list[str]) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """Runs `teamflow *args` in a fresh process; its output and the modules it imported."""
+    code = (
+        "import sys\nfrom flows.cli import app\n"
+        f"try:\n    app({args!r})\nexcept SystemExit:\n    pass\n"
+        "print('MODULES', *sorted(sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+        env=os.environ.copy(),  # the test's TEAMFLOW_DATABASE_URL and TEAMFLOW_HOME
+    )  # fmt: skip
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith("MODULES"), result.stdout + result.stderr
+    return result, last.split()[1:]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["msg", "send", TEAM, "--to", "analyst-1", "--from", "coordinator", "--text", "hi"],
+        ["msg", "inbox", TEAM, "analyst-1", "--json"],
+    ],
+)
+def test_msg_send_and_inbox_import_neither_prefect_nor_pandas(home: Path, args: list[str]) -> None:
+    research_team()
+    if args[1] == "inbox":
+        inbox.send(TEAM, to="analyst-1", sender="coordinator", text="hi")
+    result, modules = imported_by(args)
+    shown = result.stdout.split("MODULES")[0]
+    assert ('"hi"' if args[1] == "inbox" else "msg-") in shown, result.stdout + result.stderr
+    heavy = ("prefect", "pandas", "jsonschema", "models.notification", "models.task")
+    assert [m for m in modules if m.split(".")[0] in heavy or m in heavy] == []
+    assert inbox.messages(TEAM, "analyst-1")[-1].text == "hi"

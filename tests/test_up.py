@@ -22,7 +22,7 @@ import httpx
 import pytest
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 from prefect_server import (
     ROOT,
     base_env,
@@ -151,7 +151,7 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
                 with runner.connected(), get_client(sync_client=True) as client:
                     run = wait_until(
                         lambda s=started: (r := client.read_flow_run(s.id)).state.is_final() and r,
-                        60,
+                        180,
                         "the alert run",
                     )
                 assert run.state.is_completed(), run.state
@@ -180,7 +180,7 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         ran = teamflow(["task", "run", task_id, "--json"], env)
         assert ran.returncode == 0, ran.stderr
         assert json.loads(ran.stdout)["task_id"] == task_id
-        wait_until(lambda: get_task(task_id).status == "completed", 60, "the team task")
+        wait_until(lambda: get_task(task_id).status == "completed", 180, "the team task")
 
         # A second `teamflow up` reuses the server and adds a worker of its own.
         second = start(["up"], env, tmp_path / "up-2.log")
@@ -188,7 +188,7 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         assert f"reusing the Prefect server at {api}" in output_2
         [second_worker] = started_pids(output_2)
         os.killpg(second.pid, signal.SIGINT)  # Ctrl-C
-        assert second.wait(timeout=60) == 0
+        assert second.wait(timeout=180) == 0
         assert not pid_alive(second_worker)
         assert healthy(api)
 
@@ -291,7 +291,7 @@ def test_up_on_postgresql_runs_the_alert_deployment_to_completion(
                 with get_client(sync_client=True) as client:
                     run = wait_until(
                         lambda: (r := client.read_flow_run(started.id)).state.is_final() and r,
-                        60,
+                        180,
                         "the alert run",
                     )
             assert run.state.is_completed(), run.state
@@ -302,3 +302,60 @@ def test_up_on_postgresql_runs_the_alert_deployment_to_completion(
         finally:
             stop(process)
             kill_pids(pids)
+
+
+class _Busy(http.server.BaseHTTPRequestHandler):
+    """Answers 503 to its first `busy` requests, then what a Prefect server answers to
+    `GET /api/admin/version`, or `status` if set."""
+
+    busy = 0
+    status = 200
+    seen = 0
+
+    def do_GET(self) -> None:
+        type(self).seen += 1
+        status = 503 if type(self).seen <= type(self).busy else type(self).status
+        body = json.dumps("3.8.8" if status == 200 else {"detail": "busy"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("busy", "status", "outcome"),
+    [
+        (2, 200, "3.8.8"),  # busy twice, then done: the step's own answer
+        (3, 200, "checking the version: the Prefect server answered 503"),  # busy throughout
+        (0, 500, "checking the version: the Prefect server answered 500"),  # not a busy server
+    ],
+)
+def test_a_busy_server_is_asked_again_and_a_refusal_is_one_line(
+    busy: int, status: int, outcome: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `up` does on each of its steps on the server (pool, automation, schedule)."""
+    handler = type("Handler", (_Busy,), {"busy": busy, "status": status, "seen": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setattr(bring_up.time, "sleep", lambda _s: None)  # no waiting between tries
+    api = f"http://127.0.0.1:{server.server_address[1]}/api"
+
+    def step() -> str:
+        with get_client(sync_client=True) as client:
+            return client.api_version()
+
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api, PREFECT_CLIENT_MAX_RETRIES: 0}):
+            try:
+                answer = bring_up._while_busy("checking the version", step)
+            except bring_up.UpError as exc:
+                answer = str(exc)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answer == outcome
+    assert handler.seen == min(busy, bring_up.BUSY_TRIES) + (busy < bring_up.BUSY_TRIES)
