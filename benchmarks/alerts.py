@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/alerts.py [--timers 100] [--spread 45] [--lead S]
                                           [--only teamflow|prefect]
+                                          [--server-postgres [URL]] [--keep]
 
 A TIMER alert is a run of the `system-alert` deployment created in a Scheduled state for a
 future time. For each worker in turn this starts a real Prefect server (free port, its own
@@ -43,6 +44,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the test helpers start server
 
 TEAM = "timer-team"
 DEPLOYMENT = "system-alert/system-alert"
+POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -107,12 +109,19 @@ def prefect_worker(server: Any, tmp: Path, env: dict[str, str]) -> Iterator[None
         stop(process)
 
 
-def measure(kind: str, timers: int, spread: float, lead: float, tmp: Path) -> dict[str, Any]:
+def measure(
+    kind: str, timers: int, spread: float, lead: float, tmp: Path, server_database: str | None
+) -> dict[str, Any]:
     """Lateness in seconds of `timers` timers run by one kind of worker on a fresh server."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
     from prefect_server import prefect_server, wait_until
-    from teamflow_workers import ended_runs, register_deployments, teamflow_workers
+    from teamflow_workers import (
+        ended_runs,
+        postgres_databases,
+        register_deployments,
+        teamflow_workers,
+    )
 
     from models import db, inbox, membership
 
@@ -129,7 +138,10 @@ def measure(kind: str, timers: int, spread: float, lead: float, tmp: Path) -> di
     shared = {"TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": url}
 
     with contextlib.ExitStack() as stack:
-        server = stack.enter_context(prefect_server(tmp))
+        server_url = None
+        if server_database:
+            server_url, _ = stack.enter_context(postgres_databases(server_database))
+        server = stack.enter_context(prefect_server(tmp, server_url))
         register_deployments(server, tmp / "deploy.log")
         stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api}))
         client = stack.enter_context(get_client(sync_client=True))
@@ -181,6 +193,14 @@ def main() -> None:
         "the worker started by then (default 30 + timers / 10)",
     )  # fmt: skip
     parser.add_argument("--only", choices=["teamflow", "prefect"], help="one worker only")
+    parser.add_argument(
+        "--server-postgres", metavar="URL", nargs="?", const=POSTGRES_URL,
+        help="run Prefect's server on a new PostgreSQL database made through URL (an admin "
+        f"URL; default {POSTGRES_URL}) instead of SQLite; teamflow's own database stays SQLite",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the temporary folder (servers' and workers' logs)"
+    )
     args = parser.parse_args()
     if args.lead is None:
         args.lead = 30 + args.timers / 10
@@ -197,13 +217,20 @@ def main() -> None:
     try:
         for kind in kinds:
             print(f"{kind}: {args.timers} timers over {args.spread:g} s ...", flush=True)
-            figures[kind] = measure(kind, args.timers, args.spread, args.lead, tmp / kind)
+            figures[kind] = measure(
+                kind, args.timers, args.spread, args.lead, tmp / kind, args.server_postgres
+            )
     except KeyboardInterrupt:
         sys.exit("interrupted; everything started was stopped")
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            print(f"kept: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"\nlateness of {args.timers} timers (start_time - expected_start_time), seconds")
+    where = "PostgreSQL" if args.server_postgres else "SQLite"
+    print(f"\nPrefect's server on {where}; lateness of {args.timers} timers", end="")
+    print(" (start_time - expected_start_time), seconds")
     names = {"teamflow": "teamflow worker", "prefect": "Prefect default worker"}
     counts = ("early", "completed", "delivered")
     print(f"{'':24}" + "".join(f"{k:>10}" for k in ("p50", "p95", "p99", "max", "min", *counts)))

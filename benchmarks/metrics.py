@@ -3,7 +3,8 @@
     .venv/bin/python benchmarks/metrics.py [--scale 1.0] [--teams 20] [--postgres URL] [--json]
 
 Generates, at `--scale 1`, 1,000,000 `task_metrics` rows, 1,000,000 inbox messages (a tenth
-unread) and 100,000 plan approvals over 90 days, spread over `--teams` teams of 8 members
+unread), 100,000 plan approvals, 100,000 alert firings and 1,000,000 `agent_state_history`
+rows (member status changes) over 90 days, spread over `--teams` teams of 8 members
 (bulk-inserted: executemany on SQLite, COPY on PostgreSQL), then prints the median time of
 every metric query for one team, over all its history and over the last 7 days, of one
 member's unread count, and of one `teamflow metrics TEAM --json` process. Targets on SQLite:
@@ -187,6 +188,7 @@ def generate(teams: list[str], scale: float, now: datetime) -> dict[str, int]:
             )  # fmt: skip
 
     counts = {
+        **_activity(teams, scale, now, rng, sqlite),
         "task_metrics": bulk(
             "task_metrics",
             ["team", "member", "task_id", "started_at", "ended_at", "duration_s", "tokens",
@@ -211,6 +213,59 @@ def generate(teams: list[str], scale: float, now: datetime) -> dict[str, int]:
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("ANALYZE" if engine.dialect.name == "sqlite" else "VACUUM ANALYZE")
     return counts
+
+
+def _activity(
+    teams: list[str], scale: float, now: datetime, rng: random.Random, sqlite: bool
+) -> dict[str, int]:
+    """Alert firings (`100,000 * scale`) and member status changes (`1,000,000 * scale`)."""
+    start = now - timedelta(days=DAYS)
+    span = DAYS * 86400.0
+    firings_n, changes_n = int(100_000 * scale), int(1_000_000 * scale)
+    kinds = ["SCHEDULED_EVENT"] * 7 + ["TIMER"] * 2 + ["ALARM"]
+
+    def firing_rows() -> Iterator[tuple]:
+        for i in range(firings_n):
+            team = teams[i % len(teams)]
+            kind = kinds[(i // len(teams)) % len(kinds)]
+            due = start + timedelta(seconds=span * i / firings_n)
+            fired = due + timedelta(seconds=rng.lognormvariate(0, 1.5))
+            yield (
+                team, kind, f"{kind.lower()}-{i % 17}", "benchmark alert", '["analyst-1"]',
+                None if kind == "ALARM" else _ts(due, sqlite), _ts(fired, sqlite), "[]",
+                "missed" if rng.random() < 0.02 else "delivered",
+            )  # fmt: skip
+
+    members = [(team, name) for team in teams for name in (LEAD, *MEMBERS)]
+    per_member = max(1, changes_n // len(members))
+    after = {"idle": "thinking", "thinking": "executing_tools", "executing_tools": "idle",
+             "offline": "idle"}  # fmt: skip
+
+    def change_rows() -> Iterator[tuple]:
+        for team, name in members:
+            status, at = "idle", start
+            step = span / per_member
+            for i in range(per_member):
+                end = at + timedelta(seconds=step * rng.uniform(0.5, 1.5))
+                last = i == per_member - 1 or end >= now
+                yield (team, name, status, _ts(at, sqlite), None if last else _ts(end, sqlite))
+                if last:
+                    break
+                status = "offline" if rng.random() < 0.02 else after[status]
+                at = end
+
+    return {
+        "alert_firings": bulk(
+            "alert_firings",
+            ["team", "alert_type", "name", "message", "recipients", "due_at", "fired_at",
+             "message_ids", "outcome"],
+            firing_rows(),
+        ),
+        "agent_state_history": bulk(
+            "agent_state_history", ["team", "member", "status", "changed_at", "ended_at"],
+            change_rows(),
+        ),
+    }  # fmt: skip
 
 
 def median_time(call: Callable[[], object], runs: int) -> float:
@@ -240,6 +295,8 @@ def measure(team: str, runs: int, now: datetime) -> list[dict]:
         ("approval_revisions", lambda s: m.approval_revisions(team, s)),
         ("approval_timeouts", lambda s: m.approval_timeouts(team, s)),
         ("unread_backlog", lambda s: m.unread_backlog(team)),
+        ("alert_lateness", lambda s: m.alert_lateness(team, s)),
+        ("liveness", lambda s: m.liveness(team, s)),
         ("headline", lambda s: m.headline(team, s)),
     ]
     results = []
@@ -289,9 +346,15 @@ def main() -> None:
             with db.engine().connect() as conn:
                 now = conn.execute(sa.text("SELECT max(started_at) FROM task_metrics")).scalar()
                 now = datetime.fromisoformat(now).replace(tzinfo=UTC)
-                tables = ("task_metrics", "inbox_messages", "plan_approvals")
+                tables = ("task_metrics", "inbox_messages", "plan_approvals", "alert_firings",
+                          "agent_state_history")  # fmt: skip
                 counts = {t: conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar()
                           for t in tables}  # fmt: skip
+            if not counts["agent_state_history"]:  # kept by an older version of this script
+                rng, sqlite = random.Random(7), db.engine().dialect.name == "sqlite"
+                counts.update(_activity(teams, args.scale, now, rng, sqlite))
+                with db.engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                    conn.exec_driver_sql("ANALYZE")
         else:
             print("generating...", file=sys.stderr)
             counts = generate(teams, args.scale, now)

@@ -585,6 +585,65 @@ class AgentStateRow(SQLModel, table=True):
     team: str | None = SQLField(default=None, sa_column=sa.Column(sa.String(64), index=True))
 
 
+class AgentStateHistoryRow(SQLModel, table=True):
+    """One stretch of a member's `agent_state` status: from `changed_at` (when the status
+    became this) to `ended_at` (when it changed again; None while it is in force).
+
+    Written only when the status changes (`change_agent_status`), in the transaction that
+    changes `agent_state`: heartbeats that repeat the status add nothing. Closing the stretch
+    when the next begins keeps each row's span on the row, so time per status in a window is
+    one aggregate (`models.metrics.liveness`), no window function over a member's history.
+    """
+
+    __tablename__ = "agent_state_history"
+    __table_args__ = (
+        # Liveness per team and window from the index alone, already in GROUP BY order.
+        sa.Index(
+            "ix_agent_state_history_liveness", "team", "member", "status", "changed_at",
+            "ended_at",
+        ),
+        # The open row of each member (one per member), which a change closes.
+        sa.Index(
+            "ix_agent_state_history_open", "team", "member",
+            sqlite_where=sa.text("ended_at IS NULL"),
+            postgresql_where=sa.text("ended_at IS NULL"),
+        ),
+    )  # fmt: skip
+
+    id: int | None = SQLField(default=None, primary_key=True)
+    team: str = SQLField(max_length=64)
+    member: str = SQLField(max_length=64)
+    status: str = SQLField(max_length=50, description="an AgentStateStatus")
+    changed_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    ended_at: datetime | None = SQLField(default=None, sa_column=utc_column())
+
+
+def change_agent_status(
+    session: Session, state: AgentStateRow, status: str, *, member: str, now: datetime
+) -> bool:
+    """Sets `state.status` to `status` at `now`; if that changes it (or the row is new),
+    closes the member's open history row and opens one for `status`, in `session`'s
+    transaction. Returns whether the status changed. `state.team` must be set."""
+    if state.status == status and _known(session, state):
+        return False
+    state.status = status
+    state.updated_at = now
+    session.add(state)
+    table = AgentStateHistoryRow.__table__
+    session.execute(
+        sa.update(table)
+        .where(table.c.team == state.team, table.c.ended_at.is_(None), table.c.member == member)
+        .values(ended_at=now)
+    )
+    session.add(AgentStateHistoryRow(team=state.team, member=member, status=status, changed_at=now))
+    return True
+
+
+def _known(session: Session, state: AgentStateRow) -> bool:
+    """Whether `state` is a stored row (a new one's first status is a change)."""
+    return sa.inspect(state).persistent
+
+
 # --- 000 tables: agent_configs and experience_logs -----------------------------------------
 
 

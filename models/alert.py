@@ -116,7 +116,11 @@ class AlertFiring(SQLModel, table=True):
     """One time an alert went off: who got it, when it was due and when it fired."""
 
     __tablename__ = "alert_firings"
-    __table_args__ = (sa.Index("ix_alert_firings_team_alert", "team", "alert_id"),)
+    __table_args__ = (
+        sa.Index("ix_alert_firings_team_alert", "team", "alert_id"),
+        # `models.metrics.alert_lateness`: a team's firings in a window, from the index alone.
+        sa.Index("ix_alert_firings_metrics", "team", "fired_at", "alert_type", "outcome", "due_at"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     alert_id: int | None = Field(default=None, description="None: an ad-hoc run or an ALARM")

@@ -12,8 +12,9 @@ unread counts use `ix_inbox_messages_unread`.
 
 Sources: `task_metrics` (one row per member per task execution: duration, tokens, steps,
 tool calls and failed ones, plan wait, outcome), `plan_approvals`, `inbox_messages`,
-`task_status`, `tasks`, `members`. Not here yet: alert firings and liveness (agent_state
-changes) have no table in this branch; their metrics come with those tables.
+`task_status`, `tasks`, `members`, `alert_firings` (alert lateness, through
+`ix_alert_firings_metrics` of migration `0008`) and `agent_state_history` (liveness: one row
+per status a member was in, from when to when; `ix_agent_state_history_liveness`, `0008`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from models import db, durations
+from models.agent import AgentStateHistoryRow
+from models.alert import AlertFiring
 from models.approval import SYSTEM, PlanApproval
+from models.base import UTCDateTime
 from models.inbox import InboxRow
 from models.task import TaskMetricsRow, TaskRow, TaskStatusRow
 from models.team import Member, Team, TeamError, check_team_name
@@ -66,7 +70,7 @@ def window_start(since: Since, now: datetime | None = None) -> datetime | None:
 def check_team(team: str, *, url: str | None = None) -> None:
     """`TeamError` (one line) unless `team` exists."""
     check_team_name(team)
-    with db.engine(url).connect() as conn:
+    with _reading(url) as conn:
         found = conn.execute(sa.select(Team.name).where(Team.name == team)).first()
     if found is None:
         raise TeamError(f"no team named {team!r}")
@@ -76,24 +80,29 @@ def check_team(team: str, *, url: str | None = None) -> None:
 
 
 def _frame(stmt: sa.Select, url: str | None) -> pd.DataFrame:
-    """The rows of `stmt` as the database driver gives them, built column by column.
+    """The rows of `stmt` as the database driver gives them.
 
     The DBAPI cursor is read directly: SQLAlchemy's per-value result processing (and pandas
     probing each Row) cost more than the query at 100,000 rows. So timestamps come back as the
-    driver has them (`_raw` + `_utc`) and SQLite booleans as 0/1 (`_bool`)."""
+    driver has them (`_raw` + `_utc`) and SQLite booleans as 0/1 (`_bool`). The connection
+    only reads: on SQLite it does not take the write lock (`db`), so a long metrics query
+    does not hold up heartbeats and messages."""
     import pandas as pd
 
-    with db.engine(url).connect() as conn:
+    with _reading(url) as conn:
         result = conn.execute(stmt)
         keys = list(result.keys())
         rows = result.cursor.fetchall()
         result.close()
-    columns = list(zip(*rows, strict=True)) if rows else [()] * len(keys)
-    frame = pd.DataFrame({key: list(values) for key, values in zip(keys, columns, strict=True)})
-    for key, values in zip(keys, columns, strict=True):
-        if any(isinstance(v, Decimal) for v in values[:1]):  # PostgreSQL's sum of a bigint
+    frame = pd.DataFrame.from_records(rows, columns=keys)
+    for key in keys:
+        if rows and isinstance(frame[key].iloc[0], Decimal):  # PostgreSQL's sum of a bigint
             frame[key] = pd.to_numeric(frame[key].map(_number))
     return frame
+
+
+def _reading(url: str | None) -> sa.Connection:
+    return db.engine(url).connect().execution_options(teamflow_read_only=True)
 
 
 def _number(value: Decimal | None) -> int | float | None:
@@ -178,6 +187,7 @@ def member_work(team: str | None, since: Since = None, *, url: str | None = None
             sa.func.sum(M.tool_calls).label("tool_calls"),
             sa.func.sum(M.tool_failures).label("tool_failures"),
             sa.func.sum(M.approval_wait_s).label("approval_wait_s"),
+            sa.func.count(M.duration_s).label("durations"),
         ).group_by(M.team, M.member),
         M,
         team,
@@ -185,8 +195,8 @@ def member_work(team: str | None, since: Since = None, *, url: str | None = None
         M.started_at,
     )
     frame = _frame(sums, url).set_index(keys)
-    quantiles = _duration_quantiles(team, start, url)
-    frame = frame.join(quantiles, how="left") if not frame.empty else frame
+    if not frame.empty:
+        frame = frame.join(_duration_quantiles(frame["durations"], start, url), how="left")
     for column in ("p50_duration_s", "p95_duration_s", "max_duration_s"):
         if column not in frame:
             frame[column] = float("nan")
@@ -205,50 +215,68 @@ def member_work(team: str | None, since: Since = None, *, url: str | None = None
 QUANTILES = {"p50": 0.5, "p95": 0.95, "max": 1.0}
 
 
-def _duration_quantiles(team: str | None, start: datetime | None, url: str | None):
-    """Per (team, member): p50, p95 and max of `duration_s`, interpolated linearly between
-    ranks as pandas and `statistics.quantiles(method="inclusive")` do. The database ranks
-    the values (a window function) and returns only the rows around each quantile's rank,
-    not every duration."""
+def _duration_quantiles(counts: pd.Series, start: datetime | None, url: str | None):
+    """Per (team, member) of `counts` (how many durations each has in the window): p50, p95
+    and max of `duration_s`, interpolated linearly between ranks as pandas and
+    `statistics.quantiles(method="inclusive")` do.
+
+    PostgreSQL: `percentile_cont`, which is that interpolation. SQLite: no row is sorted nor
+    fetched but the two around each quantile's rank: `ix_task_metrics_durations` (team,
+    member, duration_s, started_at) holds each member's durations in order, and a query per
+    quantile steps to its rank from the nearer end (LIMIT 2 OFFSET k)."""
     import pandas as pd
 
-    rank = sa.func.row_number().over(partition_by=(M.team, M.member), order_by=M.duration_s) - 1
-    count = sa.func.count().over(partition_by=(M.team, M.member))
-    ranked = _where(
-        sa.select(
-            M.team, M.member, M.duration_s, rank.label("i"), count.label("n")
-        ).where(M.duration_s.is_not(None)),
-        M, team, start, M.started_at,
-    ).subquery()  # fmt: skip
-    postgres = db.engine(url).dialect.name == "postgresql"
-    wanted = []
-    for q in QUANTILES.values():
-        position = (ranked.c.n - 1) * q
-        low = sa.func.floor(position) if postgres else sa.cast(position, sa.Integer)
-        wanted.append(ranked.c.i.between(low, low + 1))
-    rows = _frame(
-        sa.select(
-            ranked.c.team, ranked.c.member, ranked.c.i, ranked.c.n, ranked.c.duration_s
-        ).where(sa.or_(*wanted)),
-        url,
-    )
-    out: dict[tuple[str, str], dict[str, float]] = {}
-    for (team_name, member), group in rows.groupby(["team", "member"], sort=False):
-        values = dict(zip(group["i"].astype(int), group["duration_s"].astype(float), strict=True))
-        n = int(group["n"].iloc[0])
-        figures = {}
-        for name, q in QUANTILES.items():
-            position = (n - 1) * q
-            low = int(position)
-            value = values[low]
-            if low + 1 < n and position > low:
-                value += (values[low + 1] - value) * (position - low)
-            figures[f"{name}_duration_s"] = value
-        out[(team_name, member)] = figures
     columns = [f"{name}_duration_s" for name in QUANTILES]
+    keys = list(counts.index)
+    if db.engine(url).dialect.name == "postgresql":
+        wanted = [(team, member) for (team, member), n in counts.items() if n]
+        stmt = sa.select(
+            M.team, M.member,
+            *(sa.func.percentile_cont(q).within_group(M.duration_s).label(c)
+              for q, c in zip(QUANTILES.values(), columns, strict=True)),
+        ).where(sa.tuple_(M.team, M.member).in_(wanted)).group_by(M.team, M.member)  # fmt: skip
+        if start is not None:
+            stmt = stmt.where(M.started_at >= start)
+        if not wanted:
+            return pd.DataFrame(columns=columns, index=counts.index)
+        return _frame(stmt, url).set_index(["team", "member"])[columns]
+    team_p, member_p = sa.bindparam("team"), sa.bindparam("member")
+    base = sa.select(M.duration_s).where(
+        M.team == team_p, M.member == member_p, M.duration_s.is_not(None)
+    )
+    if start is not None:
+        base = base.where(M.started_at >= start)
+    limit_p, offset_p = (
+        sa.bindparam("limit", type_=sa.Integer),
+        sa.bindparam("off", type_=sa.Integer),
+    )
+    up = base.order_by(M.duration_s).limit(limit_p).offset(offset_p)
+    down = base.order_by(M.duration_s.desc()).limit(limit_p).offset(offset_p)
+    out: dict[tuple[str, str], list[float]] = {}
+    with _reading(url) as conn:
+        for (team_name, member), n in counts.items():
+            n = int(n)
+            if not n:
+                continue
+            figures = []
+            for q in QUANTILES.values():
+                position = (n - 1) * q
+                low = int(position)
+                high = min(low + 1, n - 1)
+                names = {"team": team_name, "member": member, "limit": high - low + 1}
+                if low <= n - 1 - high:
+                    values = conn.execute(up, {**names, "off": low}).scalars().all()
+                else:
+                    values = conn.execute(down, {**names, "off": n - 1 - high}).scalars().all()
+                    values.reverse()
+                value = float(values[0])
+                if high > low and position > low:
+                    value += (float(values[1]) - value) * (position - low)
+                figures.append(value)
+            out[(team_name, member)] = figures
     frame = pd.DataFrame.from_dict(out, orient="index", columns=columns)
     frame.index = pd.MultiIndex.from_tuples(list(out), names=["team", "member"])
-    return frame
+    return frame.reindex(pd.MultiIndex.from_tuples(keys, names=["team", "member"]))
 
 
 def executions(team: str | None, since: Since = None, *, url: str | None = None) -> pd.DataFrame:
@@ -264,13 +292,15 @@ def executions(team: str | None, since: Since = None, *, url: str | None = None)
             M.duration_s,
             M.tokens,
             M.ok,
-        ).order_by(M.started_at),
+        ),
         M,
         team,
         window_start(since),
         M.started_at,
     )
-    return _bool(_utc(_frame(stmt, url), "started_at", "ended_at"), "ok")
+    # Sorted here: SQLite would sort a copy of every row in a temporary B-tree first.
+    frame = _bool(_utc(_frame(stmt, url), "started_at", "ended_at"), "ok")
+    return frame.sort_values("started_at", kind="stable", ignore_index=True)
 
 
 def work_over_time(
@@ -465,15 +495,32 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     import pandas as pd
 
     I = InboxRow  # noqa: E741
-    stmt = sa.select(
+    # Counted from `ix_inbox_messages_unread` alone (team, recipient, read, seq); the oldest
+    # unread message is the first in inbox order (lowest seq), whose time is then looked up
+    # by its key: min(timestamp) would read every unread row from the table.
+    counted = sa.select(
         I.team,
-        I.recipient.label("member"),
+        I.recipient,
         sa.func.count().label("unread"),
-        _raw(sa.func.min(I.timestamp), "oldest_unread_at"),
+        sa.func.min(I.seq).label("first_seq"),
     ).where(I.read == sa.false())
     if team is not None:
-        stmt = stmt.where(I.team == team)
-    unread = _frame(stmt.group_by(I.team, I.recipient), url)
+        counted = counted.where(I.team == team)
+    counted = counted.group_by(I.team, I.recipient).subquery()
+    stmt = sa.select(
+        counted.c.team,
+        counted.c.recipient.label("member"),
+        counted.c.unread,
+        _raw(I.timestamp, "oldest_unread_at"),
+    ).join(
+        I,
+        sa.and_(
+            I.team == counted.c.team,
+            I.recipient == counted.c.recipient,
+            I.seq == counted.c.first_seq,
+        ),
+    )
+    unread = _frame(stmt, url)
     members = sa.select(Member.team, Member.name.label("member"))
     if team is not None:
         members = members.where(Member.team == team)
@@ -492,8 +539,124 @@ def unread_count(team: str, member: str, *, url: str | None = None) -> int:
     stmt = sa.select(sa.func.count()).where(
         I.team == team, I.recipient == member, I.read == sa.false()
     )
-    with db.engine(url).connect() as conn:
+    with _reading(url) as conn:
         return conn.execute(stmt).scalar_one()
+
+
+# --- alerts ----------------------------------------------------------------------------------
+
+
+def _seconds_between(later: Any, earlier: Any, url: str | None) -> Any:
+    """`later - earlier` in seconds (a float), computed by the database."""
+    if db.engine(url).dialect.name == "postgresql":
+        return sa.cast(sa.extract("epoch", later), sa.Float) - sa.cast(
+            sa.extract("epoch", earlier), sa.Float
+        )
+    return (sa.func.julianday(later) - sa.func.julianday(earlier)) * 86400.0
+
+
+def _at(value: datetime) -> Any:
+    """A time as a bound value of teamflow's timestamp type (compares like the columns)."""
+    return sa.literal(value, UTCDateTime())
+
+
+def alert_lateness(team: str | None, since: Since = None, *, url: str | None = None):
+    """Per alert type (TIMER, ALARM, SCHEDULED_EVENT) of the firings in the window (by
+    fired_at): firings, delivered, missed, how many had a due time, and lateness (fired
+    time minus due time, seconds) p50 / p95 / max over those. Columns: team, alert_type,
+    firings, delivered, missed, with_due, p50_lateness_s, p95_lateness_s, max_lateness_s."""
+    import pandas as pd
+
+    F = AlertFiring
+    start = window_start(since)
+    keys = ["team", "alert_type"]
+    counts = _frame(
+        _where(
+            sa.select(
+                F.team,
+                F.alert_type,
+                sa.func.count().label("firings"),
+                sa.func.count().filter(F.outcome == "delivered").label("delivered"),
+                sa.func.count(F.due_at).label("with_due"),
+            ).group_by(F.team, F.alert_type),
+            F, team, start, F.fired_at,
+        ),
+        url,
+    )  # fmt: skip
+    late = _frame(
+        _where(
+            sa.select(
+                F.team, F.alert_type,
+                _seconds_between(F.fired_at, F.due_at, url).label("lateness_s"),
+            ).where(F.due_at.is_not(None)),
+            F, team, start, F.fired_at,
+        ),
+        url,
+    )  # fmt: skip
+    columns = [*keys, "firings", "delivered", "missed", "with_due",
+               "p50_lateness_s", "p95_lateness_s", "max_lateness_s"]  # fmt: skip
+    if counts.empty:
+        return pd.DataFrame(columns=columns)
+    counts.insert(4, "missed", counts["firings"] - counts["delivered"])
+    if late.empty:
+        for column in columns[-3:]:
+            counts[column] = float("nan")
+        frame = counts
+    else:
+        frame = counts.merge(
+            _quantiles(late, keys, "lateness_s", "lateness_s").reset_index(), on=keys, how="left"
+        )
+    return frame[columns].sort_values(keys, ignore_index=True)
+
+
+# --- liveness --------------------------------------------------------------------------------
+
+LIVENESS = ["idle", "thinking", "executing_tools", "offline"]
+"""The `agent_state` statuses liveness counts time in (`AgentStateStatus`)."""
+
+
+def liveness(
+    team: str | None, since: Since = None, *, url: str | None = None, now: datetime | None = None
+) -> pd.DataFrame:
+    """Per member with `agent_state` history: seconds in each status within the window
+    (`idle_s`, `thinking_s`, `executing_tools_s`, `offline_s`), `busy_s` (thinking and
+    executing tools), `known_s` (all of them) and `busy_share` (busy / known).
+
+    A member's status in force at the window start counts from the window start; its
+    current status counts until `now` (default: now). Time before a member's first recorded
+    status counts nowhere. Summed by the database (`agent_state_history` keeps each
+    stretch's end on its row)."""
+    import pandas as pd
+
+    H = AgentStateHistoryRow
+    now = now or datetime.now(UTC)
+    start = window_start(since, now)
+    postgres = db.engine(url).dialect.name == "postgresql"
+    least, greatest = (sa.func.least, sa.func.greatest) if postgres else (sa.func.min, sa.func.max)
+    end = least(sa.func.coalesce(H.ended_at, _at(now)), _at(now))
+    begin = H.changed_at if start is None else greatest(H.changed_at, _at(start))
+    seconds = sa.func.sum(_seconds_between(end, begin, url)).label("seconds")
+    stmt = sa.select(H.team, H.member, H.status, seconds).where(H.changed_at < _at(now))
+    if team is not None:
+        stmt = stmt.where(H.team == team)
+    if start is not None:
+        stmt = stmt.where(sa.or_(H.ended_at.is_(None), H.ended_at > _at(start)))
+    rows = _frame(stmt.group_by(H.team, H.member, H.status), url)
+    keys = ["team", "member"]
+    columns = [*keys, *(f"{s}_s" for s in LIVENESS), "busy_s", "known_s", "busy_share"]
+    if rows.empty:
+        return pd.DataFrame(columns=columns)
+    rows["seconds"] = rows["seconds"].astype(float).clip(lower=0).round(3)
+    wide = rows.pivot_table(
+        index=keys, columns="status", values="seconds", aggfunc="sum", fill_value=0.0
+    )
+    frame = pd.DataFrame(index=wide.index)
+    for status in LIVENESS:
+        frame[f"{status}_s"] = wide.get(status, 0.0)
+    frame["busy_s"] = frame["thinking_s"] + frame["executing_tools_s"]
+    frame["known_s"] = wide.sum(axis=1)
+    frame["busy_share"] = frame["busy_s"] / frame["known_s"].where(frame["known_s"] > 0)
+    return frame.reset_index()[columns].sort_values(keys, ignore_index=True)
 
 
 # --- the headline ----------------------------------------------------------------------------
@@ -501,22 +664,27 @@ def unread_count(team: str, member: str, *, url: str | None = None) -> int:
 
 def headline(team: str, since: Since = None, *, url: str | None = None) -> pd.DataFrame:
     """What `teamflow metrics` shows, per member of `team` (and anyone with metrics):
-    tasks, failed, p50 duration, tokens, p50 plan wait (request to decision) and unread."""
-    work = member_work(team, since, url=url)[
+    tasks, failed, p50 duration, tokens, p50 plan wait (request to decision), unread, and
+    seconds busy / idle / offline (`liveness`; NaN for a member with no recorded status)."""
+    start = window_start(since)
+    work = member_work(team, start, url=url)[
         ["team", "member", "tasks", "failed", "p50_duration_s", "tokens", "tool_calls",
          "tool_failures"]
     ]  # fmt: skip
-    waits = approval_waits(team, since, url=url)[["team", "member", "requests", "p50_wait_s"]]
+    waits = approval_waits(team, start, url=url)[["team", "member", "requests", "p50_wait_s"]]
     waits = waits.rename(columns={"requests": "plans", "p50_wait_s": "p50_plan_wait_s"})
     backlog = unread_backlog(team, url=url)[["team", "member", "unread"]]
-    frame = backlog.merge(work, on=["team", "member"], how="outer").merge(
-        waits, on=["team", "member"], how="outer"
-    )
+    alive = liveness(team, start, url=url)[["team", "member", "busy_s", "idle_s", "offline_s"]]
+    frame = backlog
+    for other in (work, waits, alive):
+        frame = frame.merge(other, on=["team", "member"], how="outer")
     for column in ("tasks", "failed", "tokens", "tool_calls", "tool_failures", "plans", "unread"):
         frame[column] = frame[column].fillna(0).astype(int)
+    for column in ("busy_s", "idle_s", "offline_s"):
+        frame[column] = frame[column].astype(float)
     return frame[
         ["team", "member", "tasks", "failed", "p50_duration_s", "tokens", "tool_calls",
-         "tool_failures", "plans", "p50_plan_wait_s", "unread"]
+         "tool_failures", "plans", "p50_plan_wait_s", "unread", "busy_s", "idle_s", "offline_s"]
     ].sort_values("member", ignore_index=True)  # fmt: skip
 
 

@@ -2,7 +2,9 @@
 
 Above `models.team`, `models.inbox` (unread counts) and `models.agent` (agent state rows).
 
-A member's first heartbeat, one that changes what it is doing (`idle`, `busy`, `offline`: the
+A change of a member's status is also recorded in `agent_state_history` (same transaction;
+a heartbeat that repeats the status writes no history). A member's first heartbeat, one
+that changes what it is doing (`idle`, `busy`, `offline`: the
 `001` status_update vocabulary), or one from a member the watchdog marked offline, sends the
 team's lead a `status_update` notification; heartbeats that change nothing send none.
 """
@@ -13,7 +15,7 @@ from typing import Any
 
 from sqlmodel import Session, select
 
-from models.agent import AgentStateRow, AgentStateStatus
+from models.agent import AgentStateRow, AgentStateStatus, change_agent_status
 from models.base import format_js_timestamp, utcnow
 from models.db import session_scope
 from models.inbox import MessageType, send, unread_counts
@@ -56,14 +58,18 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
                 f"member {name!r} of team {team!r} is shut down (inactive): "
                 f"it cannot report {status!r}, only offline"
             )
-        state = s.get(AgentStateRow, member.agent_id)
+        # Locked (PostgreSQL): two heartbeats of a member change its status one after the
+        # other, so each change opens exactly one history row.
+        state = s.get(AgentStateRow, member.agent_id, with_for_update=True)
         now = utcnow()
         before = None
         if state is None:
             state = AgentStateRow(agent_id=member.agent_id, team=team, created_at=now)
         else:
             before = state.status
-        state.status = status
+        if state.team is None:
+            state.team = team
+        change_agent_status(s, state, status, member=name, now=now)
         state.last_heartbeat = now
         state.updated_at = now
         s.add(state)

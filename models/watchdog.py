@@ -33,7 +33,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel, select
 
-from models.agent import AgentStateRow, AgentStateStatus
+from models.agent import AgentStateRow, AgentStateStatus, change_agent_status
 from models.approval import ApprovalStatus, PlanApproval
 from models.base import utc_column, utcnow
 from models.db import session_scope
@@ -252,10 +252,17 @@ def _offline(s: Session, team: Team, now: datetime) -> list[Condition]:
             f"(offline after {limit.total_seconds():g} s)"
         )
         if not offline:
-            state.status = AgentStateStatus.OFFLINE.value
-            state.updated_at = now
-            s.add(state)
-            tell_lead(s, team.name, member, AgentStateStatus.OFFLINE.value, message)
+            # Locked and read again (PostgreSQL): a heartbeat may have just arrived.
+            s.refresh(state, with_for_update=True)
+            beat = state.last_heartbeat
+            if state.status != AgentStateStatus.OFFLINE.value:
+                if beat is None or now - beat <= limit:
+                    continue  # it has just beaten
+                if state.team is None:
+                    state.team = team.name
+                change_agent_status(s, state, AgentStateStatus.OFFLINE.value,
+                                    member=member.name, now=now)  # fmt: skip
+                tell_lead(s, team.name, member, AgentStateStatus.OFFLINE.value, message)
         found.append(
             Condition(
                 f"offline:{team.name}:{member.name}",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import random
 import statistics
 import subprocess
 import sys
@@ -12,11 +14,15 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pandas  # noqa: F401  (imported before freezegun freezes time: pandas' first import crashes under it)
 import pytest
+import sqlalchemy as sa
 from freezegun import freeze_time
 
-from models import approval, inbox, membership, plan_timeout
+from models import alert, approval, db, inbox, membership, plan_timeout, presence, watchdog
 from models import metrics as m
+from models import team as teams
+from models.agent import AgentStateHistoryRow
 from models.task import TaskMetricsRow, record_metrics
 
 TEAM = "q4-team"
@@ -88,6 +94,29 @@ def test_member_work_counts_durations_tokens_and_tool_failures(filled: str) -> N
     assert list(late.index) == ["analyst-1"] and late.loc["analyst-1"].tokens == 50
 
 
+@pytest.mark.parametrize("count", [1, 2, 5, 41])
+def test_duration_percentiles_match_statistics(db_url: str, home: Path, count: int) -> None:
+    membership.create_team("p-team", description="p", lead="lead")
+    rng = random.Random(count)
+    durations = [round(rng.lognormvariate(2, 1), 3) for _ in range(count)]
+    for i, seconds in enumerate(durations):
+        start = T0 + timedelta(minutes=i)
+        record_metrics(
+            TaskMetricsRow(team="p-team", member="lead", task_id=str(i), started_at=start,
+                           ended_at=start, duration_s=seconds, ok=True)
+        )  # fmt: skip
+    for since, values in ((None, durations), (T0 + timedelta(minutes=count // 2), None)):
+        values = values or durations[count // 2 :]
+        row = m.member_work("p-team", since).iloc[0]
+        assert row.p50_duration_s == pytest.approx(statistics.median(values))
+        assert row.max_duration_s == max(values)
+        if len(values) > 1:
+            p95 = statistics.quantiles(values, n=20, method="inclusive")[-1]
+            assert row.p95_duration_s == pytest.approx(p95)
+        else:
+            assert row.p95_duration_s == values[0]
+
+
 def test_work_over_time_and_throughput_bucket_by_day_and_hour(filled: str) -> None:
     days = m.work_over_time(TEAM, freq="day")
     per_day = {(r.bucket.date().isoformat(), r.member): r.tokens for r in days.itertuples()}
@@ -139,9 +168,191 @@ def test_unread_backlog_lists_every_member(filled: str) -> None:
 def test_everything_is_empty_on_an_empty_database(db_url: str, home: Path) -> None:
     for query in (m.member_work, m.work_over_time, m.throughput, m.approvals, m.approval_waits,
                   m.approval_outcomes, m.approval_deciders, m.approval_revisions,
-                  m.approval_timeouts, m.executions, m.tasks_by_status):  # fmt: skip
+                  m.approval_timeouts, m.executions, m.tasks_by_status, m.alert_lateness,
+                  m.liveness):  # fmt: skip
         assert query("nobody").empty, query.__name__
     assert m.unread_backlog("nobody").empty and m.unread_count("nobody", "x") == 0
+
+
+# --- alerts and liveness ---------------------------------------------------------------------
+
+T1 = T0 + timedelta(days=1)
+
+
+def fire(team: str, kind: str, due: datetime | None, late_s: float, **kwargs) -> None:
+    alert.record_firing(
+        team, kind, "standup", "Standup!", recipients=["analyst-1"], message_ids=[],
+        flow_run_id=None, due_at=due,
+        fired_at=(due or T0) + timedelta(seconds=late_s), **kwargs,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def alerted(filled: str) -> str:
+    """`filled`, plus alert firings: a timer 2 s late; a scheduled event fired 1, 3 and 10 s
+    after its due times (the last one missed); an ALARM (no due time); another team's."""
+    timer = alert.create_alert(TEAM, "TIMER", "tea", "Tea", fire_at=T0)
+    fire(TEAM, "TIMER", T0, 2.0, alert_id=timer.id)
+    event = alert.create_alert(TEAM, "SCHEDULED_EVENT", "standup", "Standup!",
+                               schedule={"cron": "0 9 * * *"})  # fmt: skip
+    for day, late in ((0, 1.0), (1, 3.0), (2, 10.0)):
+        fire(TEAM, "SCHEDULED_EVENT", T0 + timedelta(days=day), late, alert_id=event.id,
+             outcome="missed" if day == 2 else "delivered")  # fmt: skip
+    fire(TEAM, "ALARM", None, 0.0, alert_id=None)
+    fire("other-team", "SCHEDULED_EVENT", T0, 500.0, alert_id=None)
+    return filled
+
+
+def test_alert_lateness_per_type(alerted: str) -> None:
+    frame = m.alert_lateness(TEAM).set_index("alert_type")
+    assert list(frame.index) == ["ALARM", "SCHEDULED_EVENT", "TIMER"]
+    event = frame.loc["SCHEDULED_EVENT"]
+    assert (event.firings, event.delivered, event.missed, event.with_due) == (3, 2, 1, 3)
+    assert math.isclose(event.p50_lateness_s, 3.0, abs_tol=1e-3)
+    expected_p95 = statistics.quantiles([1.0, 3.0, 10.0], n=20, method="inclusive")[-1]
+    assert math.isclose(event.p95_lateness_s, expected_p95, abs_tol=1e-3)
+    assert math.isclose(event.max_lateness_s, 10.0, abs_tol=1e-3)
+    timer = frame.loc["TIMER"]
+    assert (timer.firings, timer.delivered, timer.missed) == (1, 1, 0)
+    assert math.isclose(timer.max_lateness_s, 2.0, abs_tol=1e-3)
+    alarm = frame.loc["ALARM"]
+    assert (alarm.firings, alarm.with_due) == (1, 0) and math.isnan(alarm.p50_lateness_s)
+    # The window (by fired time): the last two days' event firings only.
+    recent = m.alert_lateness(TEAM, T0 + timedelta(hours=12)).set_index("alert_type")
+    assert list(recent.index) == ["SCHEDULED_EVENT"]
+    assert (recent.loc["SCHEDULED_EVENT"].firings, recent.loc["SCHEDULED_EVENT"].missed) == (2, 1)
+    # Every team: the other team's late firing is there, and only there.
+    both = m.alert_lateness(None).set_index(["team", "alert_type"])
+    assert both.loc[("other-team", "SCHEDULED_EVENT")].max_lateness_s == pytest.approx(500.0)
+
+
+def history(member: str) -> list[tuple[str, datetime, datetime | None]]:
+    H = AgentStateHistoryRow
+    with db.engine().connect() as conn:
+        rows = conn.execute(
+            sa.select(H.status, H.changed_at, H.ended_at)
+            .where(H.team == TEAM, H.member == member)
+            .order_by(H.changed_at)
+        )
+        return [tuple(r) for r in rows]
+
+
+@pytest.fixture
+def lively(filled: str) -> str:
+    """`filled`, plus heartbeats from T1: analyst-1 idle 120 s (a repeated heartbeat in
+    between), thinking 30 s, executing tools 50 s, idle until the watchdog marks it offline
+    at T1+400; analyst-2 thinking until marked offline at T1+400."""
+    teams.update_settings(TEAM, {"offline_after_seconds": 90})
+    with freeze_time(T1) as clock:
+        presence.heartbeat(TEAM, "analyst-1", status="idle")
+        presence.heartbeat(TEAM, "analyst-2", status="thinking")
+        for status, seconds in (("idle", 60), ("thinking", 60), ("executing_tools", 30),
+                                ("idle", 50)):  # fmt: skip
+            clock.tick(seconds)
+            presence.heartbeat(TEAM, "analyst-1", status=status)
+        presence.heartbeat(TEAM, "analyst-2", status="thinking")  # T1+200, same status
+        clock.tick(200)
+        assert sorted(a.subject for a in watchdog.scan()) == ["analyst-1", "analyst-2"]
+        watchdog.scan()  # still offline: nothing changes
+    return filled
+
+
+def test_history_rows_are_written_only_when_the_status_changes(lively: str) -> None:
+    s = timedelta(seconds=1)
+    assert history("analyst-1") == [
+        ("idle", T1, T1 + 120 * s), ("thinking", T1 + 120 * s, T1 + 150 * s),
+        ("executing_tools", T1 + 150 * s, T1 + 200 * s), ("idle", T1 + 200 * s, T1 + 400 * s),
+        ("offline", T1 + 400 * s, None),
+    ]  # fmt: skip
+    assert history("analyst-2") == [("thinking", T1, T1 + 400 * s), ("offline", T1 + 400 * s, None)]
+    with freeze_time(T1 + 500 * s):
+        presence.heartbeat(TEAM, "analyst-2", status="idle")  # back
+    assert history("analyst-2")[-2:] == [
+        ("offline", T1 + 400 * s, T1 + 500 * s), ("idle", T1 + 500 * s, None),
+    ]  # fmt: skip
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def fresh_url(request: pytest.FixtureRequest, tmp_path: Path):
+    """An empty database (no migration applied yet)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh.db'}"
+        return
+    base = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
+    if not base:
+        pytest.skip("TEAMFLOW_TEST_POSTGRES_URL is not set: PostgreSQL tests skipped")
+    schema = f"tf_fresh_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield (
+            sa.make_url(base)
+            .update_query_dict({"options": f"-csearch_path={schema}"})
+            .render_as_string(hide_password=False)
+        )
+    finally:
+        db.dispose_engines()
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def test_migration_0008_starts_the_history_with_each_members_status(fresh_url: str) -> None:
+    db.upgrade(fresh_url, "0007")
+    with db.engine(fresh_url).begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO agent_state (agent_id, status, team) VALUES"
+                " ('analyst-1@q4-team', 'thinking', 'q4-team'), ('solo', 'idle', NULL)"
+            )
+        )
+    before = datetime.now(UTC)
+    db.upgrade(fresh_url)
+    H = AgentStateHistoryRow
+    with db.engine(fresh_url).connect() as conn:
+        rows = conn.execute(sa.select(H.team, H.member, H.status, H.changed_at, H.ended_at))
+        ((team, member, status, changed_at, ended_at),) = rows.all()
+    assert (team, member, status, ended_at) == ("q4-team", "analyst-1", "thinking", None)
+    assert before - timedelta(seconds=1) <= changed_at <= datetime.now(UTC)
+    with freeze_time(changed_at + timedelta(seconds=30)):
+        assert seconds_of(m.liveness("q4-team", url=fresh_url), "analyst-1")["busy_s"] == 30.0
+
+
+def seconds_of(frame, member: str) -> dict[str, float]:
+    row = frame.set_index("member").loc[member]
+    keys = ("idle_s", "thinking_s", "executing_tools_s", "offline_s", "busy_s", "known_s")
+    return {k: round(float(row[k]), 3) for k in keys}
+
+
+def test_liveness_counts_seconds_per_status(lively: str) -> None:
+    with freeze_time(T1 + timedelta(seconds=500)):
+        everything = m.liveness(TEAM)
+        assert list(everything["member"]) == ["analyst-1", "analyst-2"]
+        assert seconds_of(everything, "analyst-1") == {
+            "idle_s": 320.0, "thinking_s": 30.0, "executing_tools_s": 50.0, "offline_s": 100.0,
+            "busy_s": 80.0, "known_s": 500.0,
+        }  # fmt: skip
+        assert seconds_of(everything, "analyst-2") == {
+            "idle_s": 0.0, "thinking_s": 400.0, "executing_tools_s": 0.0, "offline_s": 100.0,
+            "busy_s": 400.0, "known_s": 500.0,
+        }  # fmt: skip
+        assert everything.set_index("member").loc["analyst-2"].busy_share == pytest.approx(0.8)
+        # From T1+140: the thinking that began at T1+120 counts from the window start.
+        window = m.liveness(TEAM, T1 + timedelta(seconds=140))
+        assert seconds_of(window, "analyst-1") == {
+            "idle_s": 200.0, "thinking_s": 10.0, "executing_tools_s": 50.0, "offline_s": 100.0,
+            "busy_s": 60.0, "known_s": 360.0,
+        }  # fmt: skip
+        assert seconds_of(window, "analyst-2")["thinking_s"] == 260.0
+        # The last 50 s (a timedelta): both offline throughout.
+        last = m.liveness(TEAM, timedelta(seconds=50))
+        assert seconds_of(last, "analyst-1")["offline_s"] == 50.0
+        assert seconds_of(last, "analyst-1")["known_s"] == 50.0
+    # Later, the current status (offline) has gone on counting.
+    with freeze_time(T1 + timedelta(seconds=900)):
+        assert seconds_of(m.liveness(TEAM), "analyst-2")["offline_s"] == 500.0
+    assert m.liveness("other-team").empty
 
 
 @pytest.mark.parametrize(
@@ -190,6 +401,28 @@ def test_cli_metrics_json_and_table(filled: str) -> None:
     recent = json.loads(teamflow("metrics", TEAM, "--since", "1h", "--json").stdout)
     assert recent["since"] is not None
     assert all(r["tasks"] == 0 for r in recent["members"])  # everything is from 2026-11-02
+
+
+def test_cli_metrics_shows_alerts_and_liveness(alerted: str, lively: str) -> None:
+    data = json.loads(teamflow("metrics", TEAM, "--json").stdout)
+    members = {r["member"]: r for r in data["members"]}
+    one = members["analyst-1"]
+    assert (one["busy_s"], one["idle_s"]) == (80.0, 320.0)
+    assert one["offline_s"] > 100.0  # offline since T1+400, until now
+    assert members["analyst-3"]["busy_s"] is None  # no status recorded
+    alerts = {a["alert_type"]: a for a in data["alerts"]}
+    assert set(alerts) == {"ALARM", "SCHEDULED_EVENT", "TIMER"}
+    event = alerts["SCHEDULED_EVENT"]
+    assert (event["firings"], event["delivered"], event["missed"]) == (3, 2, 1)
+    assert event["max_lateness_s"] == pytest.approx(10.0, abs=1e-3)
+
+    table = teamflow("metrics", TEAM).stdout
+    assert "busy" in table and "offline" in table and "80.0s" in table and "5.3m" in table
+    assert "alert type" in table and "SCHEDULED_EVENT" in table and "9.3s" in table  # p95
+    assert "d │" in table  # offline for days, in days
+    recent = teamflow("metrics", TEAM, "--since", "1h")
+    assert "no alerts fired" in recent.stdout
+    assert json.loads(teamflow("metrics", TEAM, "--since", "1h", "--json").stdout)["alerts"] == []
 
 
 def test_cli_metrics_plot_writes_a_png(filled: str, tmp_path: Path) -> None:

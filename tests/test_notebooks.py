@@ -18,7 +18,7 @@ import pytest
 from freezegun import freeze_time
 from nbclient import NotebookClient
 
-from models import approval, db, inbox, membership, plan_timeout
+from models import alert, approval, db, inbox, membership, plan_timeout, presence
 from models import metrics as m
 from models.task import (
     ExecutionStatus,
@@ -78,6 +78,7 @@ def test_every_notebook_runs_on_an_empty_database(path: Path, db_url: str, home:
     assert plots_of(notebook) >= 4  # empty plots that say so
     if path.name == "team_metrics.ipynb":
         assert summary["members"] == [] and summary["tasks_by_status"] == []
+        assert summary["liveness"] == [] and summary["alerts"] == []
     else:
         assert summary["requests"] == 0 and summary["outcomes"] == []
 
@@ -119,10 +120,20 @@ def test_team_metrics_shows_what_teamflow_recorded(db_url: str, home: Path) -> N
         approval.request_plan(TEAM, "analyst-1", "Chart it", "Plan")  # still open
         clock.tick(90)
         approval.decide(approved.request_id, approve=True, decider="coordinator")
+        # analyst-1: idle 60 s, thinking 30 s, then idle until now (a repeat changes nothing).
+        for status, seconds in (("idle", 0), ("thinking", 60), ("thinking", 10), ("idle", 20)):
+            clock.tick(seconds)
+            presence.heartbeat(TEAM, "analyst-1", status=status)
     inbox.send(TEAM, to="analyst-2", sender="coordinator", text="Any news?")
+    for late in (2.0, 4.0):
+        alert.record_firing(
+            TEAM, "SCHEDULED_EVENT", "standup", "Standup!", alert_id=None,
+            recipients=["analyst-1"], message_ids=[], flow_run_id=None, due_at=T0,
+            fired_at=T0 + timedelta(seconds=late),
+        )  # fmt: skip
 
     notebook = execute(BY_NAME["team_metrics.ipynb"], TEAM)
-    assert plots_of(notebook) >= 4
+    assert plots_of(notebook) >= 6
     summary = summary_of(notebook)
     assert summary["team"] == TEAM
 
@@ -154,6 +165,15 @@ def test_team_metrics_shows_what_teamflow_recorded(db_url: str, home: Path) -> N
     assert plans["approved"] == {"team": TEAM, "status": "approved", "requests": 1,
                                  "p50_wait_s": 90.0}  # fmt: skip
     assert (plans["pending"]["requests"], plans["pending"]["p50_wait_s"]) == (1, None)
+
+    (alive,) = summary["liveness"]
+    assert alive["member"] == "analyst-1"
+    assert (alive["thinking_s"], alive["busy_s"], alive["offline_s"]) == (30.0, 30.0, 0.0)
+    assert alive["idle_s"] > 60.0  # idle again since T0+180 s, until now
+    (fired,) = summary["alerts"]
+    assert (fired["alert_type"], fired["firings"], fired["delivered"]) == ("SCHEDULED_EVENT", 2, 2)
+    assert fired["p50_lateness_s"] == pytest.approx(3.0, abs=1e-3)
+    assert fired["max_lateness_s"] == pytest.approx(4.0, abs=1e-3)
 
     unread = {u["member"]: u["unread"] for u in summary["unread"]}
     for name in ("coordinator", "analyst-1", "analyst-2"):
@@ -295,6 +315,10 @@ def test_notebooks_on_a_generated_history(
         assert sum(r["executions"] for r in summary["members"]) == expected["executions"].sum()
         assert 0 < expected["executions"].sum() <= (5000 if since is None else 1000)
         assert {r["team"] for r in summary["members"]} == {"hist-a"}
+        assert len(summary["liveness"]) == 8  # the lead and seven analysts
+        assert {a["alert_type"] for a in summary["alerts"]} == {
+            "ALARM", "SCHEDULED_EVENT", "TIMER",
+        }  # fmt: skip
     else:
         assert summary["requests"] == len(m.approvals("hist-a", window)) > 0
     assert os.environ["TEAMFLOW_DATABASE_URL"] == history_db["TEAMFLOW_DATABASE_URL"]

@@ -24,6 +24,19 @@ COLUMNS = [
     ("plans", "plans", "right"),
     ("p50_plan_wait_s", "p50 plan wait", "right"),
     ("unread", "unread", "right"),
+    ("busy_s", "busy", "right"),
+    ("idle_s", "idle", "right"),
+    ("offline_s", "offline", "right"),
+]
+
+ALERT_COLUMNS = [
+    ("alert_type", "alert type", "left"),
+    ("firings", "firings", "right"),
+    ("delivered", "delivered", "right"),
+    ("missed", "missed", "right"),
+    ("p50_lateness_s", "p50 late", "right"),
+    ("p95_lateness_s", "p95 late", "right"),
+    ("max_lateness_s", "max late", "right"),
 ]
 
 
@@ -34,7 +47,9 @@ def _seconds(value: float | None) -> str:
         return f"{value:.1f}s"
     if value < 7200:
         return f"{value / 60:.1f}m"
-    return f"{value / 3600:.1f}h"
+    if value < 172800:
+        return f"{value / 3600:.1f}h"
+    return f"{value / 86400:.1f}d"
 
 
 def metrics(
@@ -58,7 +73,8 @@ def metrics(
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Per member: tasks, failures, p50 duration, tokens, tool calls, plan wait, unread."""
+    """Per member: tasks, failures, p50 duration, tokens, tool calls, plan wait, unread, time
+    busy / idle / offline; per alert type: firings, delivered, missed, lateness."""
     from models import metrics as m
 
     try:
@@ -73,6 +89,7 @@ def metrics(
     m.check_team(team_name)
     start = m.window_start(window)
     frame = m.headline(team_name, start)
+    alerts = m.alert_lateness(team_name, start)
     if plot is not None:
         write_plot(team_name, start, plot)
     if as_json:
@@ -81,6 +98,7 @@ def metrics(
                 "team": team_name,
                 "since": start.isoformat() if start else None,
                 "members": m.records(frame),
+                "alerts": m.records(alerts),
                 "plot": str(plot) if plot is not None else None,
             }
         )
@@ -92,16 +110,28 @@ def metrics(
     table = Table(title=title)
     for _, header, justify in COLUMNS:
         table.add_column(header, justify=justify)
-    for row in frame.to_dict("records"):
-        table.add_row(
-            *(_seconds(row[key]) if key.endswith("_s") else str(row[key]) for key, _, _ in COLUMNS)
-        )
+    _fill(table, COLUMNS, frame)
     console = Console()
     if not console.is_terminal:
-        console.width = 160  # piped: whole rows, not folded at 80 columns
+        console.width = 180  # piped: whole rows, not folded at 80 columns
     console.print(table)
+    alert_table = Table(title=f"{team_name}: alerts fired (lateness: fired minus due time)")
+    for _, header, justify in ALERT_COLUMNS:
+        alert_table.add_column(header, justify=justify)
+    _fill(alert_table, ALERT_COLUMNS, alerts)
+    if alerts.empty:
+        console.print(f"{team_name}: no alerts fired")
+    else:
+        console.print(alert_table)
     if plot is not None:
         typer.echo(f"plot written to {plot}")
+
+
+def _fill(table, columns: list[tuple[str, str, str]], frame) -> None:
+    for row in frame.to_dict("records"):
+        table.add_row(
+            *(_seconds(row[key]) if key.endswith("_s") else str(row[key]) for key, _, _ in columns)
+        )
 
 
 def write_plot(team: str, start, path: Path) -> None:

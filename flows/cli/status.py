@@ -66,13 +66,29 @@ def status(
 def sync(
     team_name: Annotated[str, typer.Argument(metavar="TEAM")], as_json: JsonFlag = False
 ) -> None:
-    """Takes in messages and read flags that others wrote into the team's inbox files."""
+    """Takes in messages and read flags that others wrote into the team's inbox files.
+
+    An entry that a send would refuse (invalid, over the size limit) or a file that is not
+    JSON is refused with one line each on stderr, the rest taken in, the file kept as
+    `{member}.json.bad-{time}`; the exit code is then 1.
+    """
     from models import inbox
 
-    report = inbox.sync(team_name)
+    refused: dict[str, list[str]] = {}
+    report = inbox.sync(team_name, refused)
     if as_json:
-        emit({m: {"added": a, "marked_read": r} for m, (a, r) in report.items()})
-        return
-    added = sum(a for a, _ in report.values())
-    marked = sum(r for _, r in report.values())
-    typer.echo(f"took in {added} new messages and {marked} read flags")
+        emit(
+            {
+                m: {"added": a, "marked_read": r} | ({"refused": refused[m]} if refused[m] else {})
+                for m, (a, r) in report.items()
+            }
+        )
+    else:
+        added = sum(a for a, _ in report.values())
+        marked = sum(r for _, r in report.values())
+        typer.echo(f"took in {added} new messages and {marked} read flags")
+    lines = [line for member in report for line in refused[member]]
+    for line in lines:
+        typer.echo(f"teamflow: refused: {line}", err=True)
+    if lines:
+        raise typer.Exit(1)
