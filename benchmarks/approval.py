@@ -6,7 +6,9 @@ poll as fallback) with Prefect's default `pause_flow_run` (a poll every 10 s):
 - latency from the decision call (`resume_flow_run`, what the CLI and the UI's form call)
   to the flow continuing, over N approvals, p50 and p95;
 - the same for the whole `plan-approval` flow, from `teamflow plan approve`'s work
-  (decide in the database + resume) to the run having returned its response;
+  (decide in the database + resume) to the run having returned its response, and from
+  the Prefect UI form's Submit (the same POST `/flow_runs/{id}/resume` with the form's
+  values as `run_input`; the run records the decision) to the same point;
 - API requests per second that M runs make while they all wait (every HTTP request the
   runs' process sends is counted by wrapping httpx).
 
@@ -21,6 +23,7 @@ teamflow database. Two more measurements, each on a real `prefect server start`:
 Usage:
 
     .venv/bin/python benchmarks/approval.py [--approvals 20] [--waiting 50] [--window 60]
+    .venv/bin/python benchmarks/approval.py --decisions-only [--approvals 20]
     .venv/bin/python benchmarks/approval.py --deadlines 250 [--lead 30]
     .venv/bin/python benchmarks/approval.py --outage 75
 """
@@ -130,6 +133,11 @@ def main() -> None:
         "Prefect's pause expiry end them (e.g. 250)",
     )
     parser.add_argument("--lead", type=float, default=30.0, help="seconds until they are due")
+    parser.add_argument(
+        "--decisions-only",
+        action="store_true",
+        help="only the plan-approval flow, decided by the CLI and by the UI form's Submit",
+    )
     args = parser.parse_args()
     if args.deadlines is not None:
         enforce_deadlines(args.deadlines, args.lead)
@@ -194,7 +202,7 @@ def main() -> None:
         returned: dict[str, float] = {}
         for key in keys:
             started[key] = time.perf_counter()
-            resume_flow_run(RUN_IDS[key], run_input={"approve": True, "approver": "lead"})
+            resume_flow_run(RUN_IDS[key], run_input={"decision": "approve", "approver": "lead"})
             returned[key] = time.perf_counter()
             time.sleep(SPACING_S)
         for thread in threads:
@@ -213,14 +221,45 @@ def main() -> None:
         COUNTING.clear()
         counted = dict(COUNTS)
         for key in keys:
-            resume_flow_run(RUN_IDS[key], run_input={"approve": True, "approver": "lead"})
+            resume_flow_run(RUN_IDS[key], run_input={"decision": "approve", "approver": "lead"})
         for thread in threads:
             thread.join(60)
         return sum(counted.values()) / window, counted
 
     _team("bench-team")
 
-    def plan_flow_latencies(n: int) -> list[float]:
+    def decide_as_the_cli(request_id: str) -> None:
+        row = approval.decide(request_id, approve=True, decider="coordinator")
+        # As `teamflow plan approve` does; the run may have seen the decision in the
+        # database first (it looks every 2 s), which is fine.
+        with contextlib.suppress(NotPausedError):
+            resume_flow_run(
+                row.flow_run_id,
+                run_input={"decision": "approve", "approver": "coordinator"},
+            )
+
+    def submit_the_form(request_id: str) -> None:
+        """What the Prefect UI's Submit sends: the form's values as the resume's run_input
+        (an empty feedback box is left out), one POST; nothing recorded beforehand."""
+        from prefect.settings import PREFECT_API_URL
+
+        run_id = approval.get_request(request_id).flow_run_id
+        for _ in range(10):
+            response = httpx.post(
+                f"{PREFECT_API_URL.value()}/flow_runs/{run_id}/resume",
+                json={"run_input": {"decision": "approve", "approver": "coordinator"}},
+                timeout=30,
+            )
+            if response.status_code != 503:
+                break
+            # Prefect's server on SQLite answers 503 while its database is locked; the UI
+            # shows an error and the person submits again (counted in the latency).
+            COUNTS["form 503"] += 1
+            time.sleep(1.0)
+        response.raise_for_status()
+        assert response.json()["status"] == "ACCEPT", response.text
+
+    def plan_flow_latencies(n: int, decide: Any, prefix: str) -> list[float]:
         done: dict[str, float] = {}
 
         def run(request_id: str) -> None:
@@ -232,7 +271,7 @@ def main() -> None:
             )  # fmt: skip
             done[request_id] = time.perf_counter()
 
-        ids = [f"plan-bench-{i:03d}" for i in range(n)]
+        ids = [f"plan-{prefix}-{i:03d}" for i in range(n)]
         threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in ids]
         for thread in threads:
             thread.start()
@@ -251,14 +290,7 @@ def main() -> None:
         started: dict[str, float] = {}
         for request_id in ids:
             started[request_id] = time.perf_counter()
-            row = approval.decide(request_id, approve=True, decider="coordinator")
-            # As `teamflow plan approve` does; the run may have seen the decision in the
-            # database first (it looks every 2 s), which is fine.
-            with contextlib.suppress(NotPausedError):
-                resume_flow_run(
-                    row.flow_run_id,
-                    run_input={"approve": True, "feedback": None, "approver": "coordinator"},
-                )
+            decide(request_id)
             time.sleep(SPACING_S)
         for thread in threads:
             thread.join(60)
@@ -267,18 +299,28 @@ def main() -> None:
     with prefect_test_harness(server_startup_timeout=120):
         print("teamflow plan approval: decision latency and server load (Prefect 3.8.8, SQLite)")
         print(f"decision call -> flow continues, {args.approvals} approvals:")
-        calls: list[float] = []
-        waits = latencies(teamflow_wait, "tf", args.approvals, calls)
-        show("teamflow wait_for_input (event stream)", waits)
-        show("  of which the resume_flow_run call itself", calls)
-        show(
-            "Prefect pause_flow_run (default 10 s poll)",
-            latencies(prefect_pause, "pf", args.approvals, []),
-        )
+        if not args.decisions_only:
+            calls: list[float] = []
+            waits = latencies(teamflow_wait, "tf", args.approvals, calls)
+            show("teamflow wait_for_input (event stream)", waits)
+            show("  of which the resume_flow_run call itself", calls)
+            show(
+                "Prefect pause_flow_run (default 10 s poll)",
+                latencies(prefect_pause, "pf", args.approvals, []),
+            )
         show(
             "plan-approval flow: decide + resume -> run done",
-            plan_flow_latencies(args.approvals),
+            plan_flow_latencies(args.approvals, decide_as_the_cli, "cli"),
         )
+        COUNTS.clear()
+        show(
+            "plan-approval flow: UI form Submit -> run done",
+            plan_flow_latencies(args.approvals, submit_the_form, "form"),
+        )
+        if COUNTS["form 503"]:
+            print(f"    (the server answered 503 {COUNTS['form 503']} time(s); submitted again)")
+        if args.decisions_only:
+            return
         print(f"API requests per second while {args.waiting} runs wait ({args.window:g} s):")
         for label, make, prefix in (
             ("teamflow wait_for_input", teamflow_wait, "tfw"),
@@ -397,7 +439,7 @@ def survive_outage(seconds: float) -> None:
             back = time.perf_counter()
             if how.startswith("resume"):
                 resume_flow_run(
-                    row.flow_run_id, run_input={"approve": True, "approver": "coordinator"}
+                    row.flow_run_id, run_input={"decision": "approve", "approver": "coordinator"}
                 )
             thread.join(120)
             outcome = done.get("result", {}).get("status") or repr(done.get("error"))

@@ -34,7 +34,7 @@ import os
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 import anyio
 import httpx
@@ -48,7 +48,7 @@ from prefect.exceptions import Abort, Pause, PrefectHTTPStatusError
 from prefect.input import RunInput, keyset_from_paused_state
 from prefect.states import Cancelled, Paused, Running, Suspended
 from prefect.utilities.engine import propose_state
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from models import approval, plan_timeout
 from models import team as teams
@@ -70,20 +70,59 @@ PREFECT_PAUSE_MARGIN_S = 600
 T = TypeVar("T", bound=RunInput)
 
 
-class PlanDecision(RunInput):
-    """The decision on a plan: the form on the paused run in the Prefect UI."""
+APPROVE, DENY = "approve", "deny"
+Choice = Literal["approve", "deny"]
+"""Approve or deny: inline in the form's schema (an `enum`), a required select in the UI."""
 
-    approve: bool = Field(
-        description="Tick to approve the plan; leave unticked to deny it (say why in feedback)."
+
+class PlanDecision(RunInput):
+    """The decision on a plan: the form on the paused run in the Prefect UI.
+
+    Prefect's form renders an enum without a default as a required select, so nobody
+    approves or denies by leaving a control as it was; a `str` with a default as a plain
+    text field (`str | None` would render as a type switch). `decision_form` sets the
+    approver to the team's lead and puts the plan and who may decide in the description.
+    """
+
+    decision: Choice = Field(
+        title="Decision",
+        description="Approve the plan, or deny it and say in feedback what to change.",
     )
-    feedback: str | None = Field(
-        default=None,
-        description="What to change (needed to deny), or remarks for the member.",
+    feedback: str = Field(
+        default="",
+        title="Feedback",
+        description="Needed to deny: what to change. Optional remarks when approving.",
     )
     approver: str = Field(
         min_length=1,
-        description="Who decides: your member name, the team's lead or a configured approver.",
+        title="Approver",
+        description="Who decides: the team's lead or a configured approver (see above).",
     )
+
+    @field_validator("feedback", "approver", mode="before")
+    @classmethod
+    def _stripped(cls, value: Any) -> Any:
+        """A text field in the form may end in a newline or spaces; they mean nothing."""
+        return value.strip() if isinstance(value, str) else value
+
+    @property
+    def approves(self) -> bool:
+        return self.decision == APPROVE
+
+    def refusal(self) -> str | None:
+        """Why the run refuses this decision before recording it (None: it does not)."""
+        if not self.approves and not self.feedback:
+            return "a denial needs feedback: say what to change"
+        return None
+
+
+def decision_input(approve: bool, feedback: str | None, approver: str) -> dict[str, Any]:
+    """The `run_input` of a resume with this decision: what the form submits."""
+    return {
+        "decision": APPROVE if approve else DENY,
+        "feedback": feedback or "",
+        "approver": approver,
+    }
 
 
 # --- waiting for input, pushed ---------------------------------------------------------------
@@ -152,7 +191,14 @@ async def wait_for_input(
         await _save_form(client, form, keyset, run_id)
         subscriber = await _subscribe(run_id, logger)
         try:
-            state = await propose_state(client, paused, flow_run_id=run_id)
+            try:
+                state = await propose_state(client, paused, flow_run_id=run_id)
+            except Pause as refused:
+                # A loaded server answered 503 to the pause it had made, and the client's
+                # retry of it was refused as a repeat: the run is paused, by this wait.
+                state = refused.state
+                if state is None or state.state_details.pause_key != paused.state_details.pause_key:
+                    raise
             if state.is_running():  # this wait fired before the run was suspended
                 return await _read_input(client, form, keyset, run_id, patience=0)
             if not state.is_paused():
@@ -408,16 +454,17 @@ async def record_decision(request_id: str, decision: dict[str, Any], wait: int) 
         row = await anyio.to_thread.run_sync(
             lambda: approval.decide(
                 request_id,
-                approve=decision["approve"],
+                approve=decision["decision"] == APPROVE,
                 decider=decision["approver"],
-                feedback=decision.get("feedback"),
+                feedback=decision.get("feedback") or None,
             )
         )
     except NotAllowed as exc:
         return {"refused": str(exc)}
     except AlreadyDecided as exc:
         stored = exc.request
-        if stored.decided_by == decision["approver"] and stored.approved == decision["approve"]:
+        approve = decision["decision"] == APPROVE
+        if stored.decided_by == decision["approver"] and stored.approved == approve:
             return {"status": stored.status}  # the CLI recorded it before resuming the run
         return {"late": str(exc), "status": stored.status}
     return {"status": row.status}
@@ -462,7 +509,9 @@ async def send_response(request_id: str) -> str | None:
 
 
 def decision_form(request: PlanApproval, config: ApprovalSettings) -> type[PlanDecision]:
-    """`PlanDecision` with the plan, as Markdown, for the description of the UI's form."""
+    """`PlanDecision` for this request: the approver preset to the team's lead, and the
+    plan (Markdown) with who may decide in the description above the UI's form."""
+    deciders = [d for d in config.deciders if d != request.member]
     lines = [
         f"## Plan of {request.member} ({request.team})"
         + (f", revision {request.revision}" if request.revision > 1 else ""),
@@ -472,19 +521,35 @@ def decision_form(request: PlanApproval, config: ApprovalSettings) -> type[PlanD
         request.plan,
         "",
         "---",
-        f"Request `{request.request_id}`. Who may decide: {', '.join(config.deciders)}.",
+        "**To decide:** choose *approve* or *deny* below; a denial needs feedback saying "
+        "what to change.",
+        "",
+        f"**Who may decide:** {', '.join(deciders)} (the approver field; it starts with "
+        f"the lead, {config.lead}).",
+        "",
+        f"Request `{request.request_id}`.",
     ]
     due = request.due_at()
     if due is not None:
-        lines.append(
-            f"Without a decision by {format_timestamp(due)}, the policy "
+        lines[-1] += (
+            f" Without a decision by {due:%Y-%m-%d %H:%M:%S} UTC, the policy "
             f"`{request.timeout_policy}` applies."
         )
-    lines.append(
+    lines += [
+        "",
         f"From a terminal: `teamflow plan approve {request.request_id}` or "
-        f"`teamflow plan deny {request.request_id} --feedback ...`."
+        f"`teamflow plan deny {request.request_id} --feedback ...`.",
+    ]
+    approver = PlanDecision.model_fields["approver"]
+    return PlanDecision.with_initial_data(
+        description="\n".join(lines),
+        approver=Field(
+            default=config.lead,
+            min_length=1,
+            title=approver.title,
+            description=approver.description,
+        ),
     )
-    return PlanDecision.with_initial_data(description="\n".join(lines))
 
 
 def result_of(request: PlanApproval) -> dict[str, Any]:
@@ -586,9 +651,19 @@ async def plan_approval(
             decision = await wait_for_input(form, key=key, until=until, check=decided_elsewhere)
         if decision is None:
             continue
-        outcome = await record_decision(request_id, decision.model_dump(), wait)
+        refusal = decision.refusal()
+        if refusal is not None:
+            logger.warning(
+                "Decision of %s refused: %s. Waiting again: resume the run with a new decision",
+                decision.approver, refusal,
+            )  # fmt: skip
+            continue
+        outcome = await record_decision(request_id, decision.model_dump(mode="json"), wait)
         if "refused" in outcome:
-            logger.warning("Decision refused: %s", outcome["refused"])
+            logger.warning(
+                "Decision of %s refused: %s. Waiting again: resume the run with a new decision",
+                decision.approver, outcome["refused"],
+            )  # fmt: skip
             await tell_not_allowed(request_id, decision.approver, outcome["refused"], wait)
             continue
         if "late" in outcome:
@@ -617,7 +692,7 @@ def resume_with_decision(run_id: str, approve: bool, feedback: str | None, decid
             try:
                 resume_flow_run(
                     UUID(run_id),
-                    run_input={"approve": approve, "feedback": feedback, "approver": decider},
+                    run_input=decision_input(approve, feedback, decider),
                 )
             except NotPausedError:
                 with get_client(sync_client=True) as client:

@@ -140,12 +140,10 @@ def poll(request_id: str) -> tuple[Shutdown, bool, str | None]:
     `teamflow sync` would.
     """
     row = shutdown.get_shutdown(request_id)
-    problem = None
-    try:
-        if mirror.changed_outside(mirror.inbox_path(row.team, row.requested_by)):
-            inbox.refresh_file(row.team, row.requested_by)
-    except inbox.SyncError as exc:
-        problem = str(exc)
+    refused: list[str] = []
+    if mirror.changed_outside(mirror.inbox_path(row.team, row.requested_by)):
+        inbox.refresh_file(row.team, row.requested_by, refused)
+    problem = refused[0] if refused else None
     row = shutdown.take_answers(request_id)
     finished = row.status == ShutdownStatus.REFUSED and shutdown.task_finished_since(
         row.team, row.member, row.refused_at

@@ -19,7 +19,7 @@ from uuid import UUID
 
 import pytest
 from factories import TEAM, research_team
-from prefect_server import Run
+from prefect_server import Run, wait_until
 
 from models import approval, inbox
 from models import team as teams
@@ -87,17 +87,26 @@ def test_the_paused_run_shows_the_decision_form_with_the_plan(prefect_api: str) 
         schema = json.loads(client.read_flow_run_input(paused.id, keyset["schema"]))
         description = json.loads(client.read_flow_run_input(paused.id, keyset["description"]))
     assert schema["title"] == "PlanDecision"
-    assert list(schema["properties"]) == ["approve", "feedback", "approver"]
-    assert set(schema["required"]) == {"approve", "approver"}
-    assert all(field.get("description") for field in schema["properties"].values())
+    fields = schema["properties"]
+    assert list(fields) == ["decision", "feedback", "approver"]
+    # A required choice with nothing preset (a select in the UI), not a toggle that is off.
+    assert schema["required"] == ["decision"]
+    assert (fields["decision"]["enum"], "default" in fields["decision"]) == (
+        ["approve", "deny"], False,
+    )  # fmt: skip
+    # Plain text fields, not a `str | None` type switch; the approver starts as the lead.
+    assert (fields["feedback"]["type"], fields["feedback"]["default"]) == ("string", "")
+    assert (fields["approver"]["type"], fields["approver"]["default"]) == ("string", "coordinator")
+    assert all(field.get("description") for field in fields.values())
     assert description.startswith("## Plan of analyst-1 (research-team)")
     assert PLAN in description
+    assert "**Who may decide:** coordinator " in description
     assert "teamflow plan approve plan-form-1" in description
     assert {"team:research-team", "member:analyst-1"} <= set(paused.tags)
 
     from prefect.flow_runs import resume_flow_run
 
-    resume_flow_run(paused.id, run_input={"approve": True, "approver": "coordinator"})
+    resume_flow_run(paused.id, run_input={"decision": "approve", "approver": "coordinator"})
     assert run.result()["status"] == ApprovalStatus.APPROVED
 
 
@@ -139,7 +148,7 @@ def test_denied_plan_is_revised_and_the_revision_approved(prefect_api: str) -> N
 
     second = start("plan-rev-2", plan=PLAN + "\n0. Regions", previous_request_id="plan-rev-1")
     paused = wait_paused("plan-rev-2")
-    resume_flow_run(paused.id, run_input={"approve": True, "approver": "coordinator"})
+    resume_flow_run(paused.id, run_input={"decision": "approve", "approver": "coordinator"})
     outcome = second.result()
     assert (outcome["approve"], outcome["revision"]) == (True, 2)
     assert approval.get_request("plan-rev-2").previous_request_id == "plan-rev-1"
@@ -160,7 +169,7 @@ def test_an_approver_who_may_not_decide_is_told_and_the_run_pauses_again(
     assert flow_run(str(paused.id)).state.is_paused()
 
     # The Prefect UI's form lets anyone type a name: the run checks it and pauses again.
-    resume_flow_run(paused.id, run_input={"approve": True, "approver": "analyst-2"})
+    resume_flow_run(paused.id, run_input={"decision": "approve", "approver": "analyst-2"})
     again = wait_paused("plan-deny-1", after=paused)
     told = inbox.messages(TEAM, "analyst-2")[-1]
     assert told.sender == "system"
@@ -169,12 +178,69 @@ def test_an_approver_who_may_not_decide_is_told_and_the_run_pauses_again(
     assert responses() == []
 
     started = time.perf_counter()
-    resume_flow_run(again.id, run_input={"approve": False, "approver": "coordinator"})
+    resume_flow_run(
+        again.id, run_input={"decision": "deny", "feedback": "Smaller", "approver": "coordinator"}
+    )
     outcome = run.result()
     # The run heard the resume on the event stream, not through a 10 s poll.
     assert run.finished_at - started < 2.0
     assert (outcome["status"], outcome["decidedBy"]) == ("denied", "coordinator")
     assert len(responses()) == 1
+
+
+def run_logs(run_id: Any) -> list[str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+
+    with get_client(sync_client=True) as client:
+        logs = client.read_logs(LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
+    return [log.message for log in logs]
+
+
+@sqlite_only
+def test_a_denial_without_feedback_is_refused_in_the_run_which_waits_again(
+    prefect_api: str,
+) -> None:
+    from prefect.flow_runs import resume_flow_run
+
+    research_team()
+    run = start("plan-nofb-1", timeout_s=120)
+    paused = wait_paused("plan-nofb-1")
+    # What the form sends when the feedback box is left empty (or holds only blanks).
+    resume_flow_run(paused.id, run_input={"decision": "deny", "approver": "coordinator"})
+    again = wait_paused("plan-nofb-1", after=paused)
+    # The run's logs reach the server in batches (every 2 s), after the run has paused again.
+    wait_until(
+        lambda: any(
+            "Decision of coordinator refused: a denial needs feedback" in line
+            for line in run_logs(again.id)
+        ),
+        60,
+        "the refusal in the run's logs",
+    )
+    assert approval.get_request("plan-nofb-1").status == ApprovalStatus.PENDING
+    assert responses() == []
+
+    resume_flow_run(
+        again.id, run_input={"decision": "deny", "feedback": "  ", "approver": "coordinator"}
+    )
+    third = wait_paused("plan-nofb-1", after=again)
+    resume_flow_run(
+        third.id, run_input={"decision": "deny", "feedback": "Regions", "approver": "coordinator"}
+    )
+    outcome = run.result()
+    assert (outcome["status"], outcome["feedback"]) == ("denied", "Regions")
+    assert len(responses()) == 1
+
+
+@sqlite_only
+def test_cli_denial_with_empty_feedback_is_refused(prefect_api: str) -> None:
+    research_team()
+    approval.request_plan(TEAM, "analyst-1", PLAN, "Q4", request_id="plan-nofb-2")
+    denied = teamflow("plan", "deny", "plan-nofb-2", "--feedback", " ", api=prefect_api)
+    assert denied.returncode == 1
+    assert denied.stderr == "teamflow: error: a denial needs feedback: say what to change\n"
+    assert approval.get_request("plan-nofb-2").status == ApprovalStatus.PENDING
 
 
 def test_concurrent_cli_decisions_on_a_waiting_run_make_one_decision(prefect_api: str) -> None:

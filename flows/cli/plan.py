@@ -126,4 +126,6 @@ def plan_deny(
     ] = None,
 ) -> None:
     """Denies a plan with feedback (the member may revise it) and resumes its run."""
+    if not feedback.strip():
+        fail("a denial needs feedback: say what to change")
     _decide(request_id, False, feedback, decider)

@@ -1,0 +1,124 @@
+"""What the Prefect UI shows of a team: its members' table and its artifact at a glance.
+
+Every team task run (when it closes its task) and every alert run (once it delivered its
+alert) publishes:
+
+- a table artifact on the run: per member its status, whether it is active, unread
+  messages, tasks done, tokens, steps, tool calls and plan waits (requests, pending, seconds
+  waited), as of now;
+- the team's Markdown artifact under the key `team-<name>` (one per team: the Artifacts
+  page shows its latest version, the history its earlier ones): the lead, tasks by status,
+  the plans waiting for a decision, and the members' table.
+
+The numbers come from teamflow's database through `models.metrics` and `models.presence`
+(the same queries as `teamflow metrics` and `teamflow status`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import anyio
+
+COLUMNS = [
+    "member", "status", "active", "unread", "tasks done", "tokens", "steps", "tool calls",
+    "plans", "plans pending", "plan wait s",
+]  # fmt: skip
+
+
+def team_key(team: str) -> str:
+    """The key of the team's artifact: `team-` and the name in Prefect's key alphabet."""
+    key = re.sub(r"[^a-z0-9]+", "-", f"team-{team}".lower()).strip("-")
+    return key[:100].rstrip("-")
+
+
+def _by_member(frame: Any) -> dict[str, dict[str, Any]]:
+    return {row["member"]: row for row in frame.to_dict("records")} if len(frame) else {}
+
+
+def _int(value: Any) -> int:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return 0
+    return int(value)
+
+
+def member_rows(team: str) -> list[dict[str, Any]]:
+    """The members' table, one row per member (in the team's order), as of now."""
+    from models import metrics, presence
+
+    state = presence.team_state(team)
+    status = _by_member(metrics.member_status(team))
+    work = _by_member(metrics.member_work(team))
+    plans = _by_member(metrics.approval_waits(team))
+    rows = []
+    for member, unread in state["unread"].items():
+        s, w, p = status.get(member, {}), work.get(member, {}), plans.get(member, {})
+        rows.append(
+            {
+                "member": member,
+                "status": s.get("status") or "idle",
+                "active": member in state["active_members"],
+                "unread": unread,
+                "tasks done": _int(s.get("tasks_completed")),
+                "tokens": _int(s.get("tokens_used")) or _int(w.get("tokens")),
+                "steps": _int(w.get("steps")),
+                "tool calls": _int(w.get("tool_calls")),
+                "plans": _int(p.get("requests")),
+                "plans pending": _int(p.get("pending")),
+                "plan wait s": round(float(w.get("approval_wait_s") or 0.0), 1),
+            }
+        )
+    return rows
+
+
+def team_markdown(team: str, rows: list[dict[str, Any]], by: str) -> str:
+    """The team's state at a glance (the `team-<name>` artifact), updated `by` a run."""
+    from models import approval, metrics
+    from models.base import utcnow
+    from models.team import settings_of
+
+    lead = settings_of(team).lead
+    counts = {r["status"]: r["tasks"] for r in metrics.tasks_by_status(team).to_dict("records")}
+    order = ["pending", "in_progress", "completed", "archived"]
+    tasks = ", ".join(f"{counts.get(s, 0)} {s.replace('_', ' ')}" for s in order)
+    waiting = approval.list_requests(team, pending=True)
+    now = utcnow()
+    lines = [
+        f"# Team {team}",
+        "",
+        f"Lead **{lead}**. Updated {now:%Y-%m-%d %H:%M:%S} UTC by {by}.",
+        "",
+        f"**Tasks:** {tasks}.",
+        "",
+    ]
+    if waiting:
+        lines.append("**Plans waiting for a decision** (`teamflow plan approve|deny ID`):")
+        lines.append("")
+        for r in waiting:
+            minutes = (now - r.requested_at).total_seconds() / 60
+            lines.append(f"- `{r.request_id}` of {r.member}: {r.summary} ({minutes:.0f} min)")
+    else:
+        lines.append("**Plans waiting for a decision:** none.")
+    lines += ["", "| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    for row in rows:
+        cells = ["yes" if v is True else "no" if v is False else str(v) for v in row.values()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+async def publish(team: str, *, by: str, table: bool = True) -> None:
+    """The members' table on the current run (with `table`) and the team's artifact."""
+    from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+
+    def read() -> tuple[list[dict[str, Any]], str]:
+        rows = member_rows(team)
+        return rows, team_markdown(team, rows, by)
+
+    rows, markdown = await anyio.to_thread.run_sync(read)
+    if table:
+        await acreate_table_artifact(rows, description=f"{team}: members as of {by}")
+    await acreate_markdown_artifact(
+        markdown, key=team_key(team), description=f"Team {team} at a glance"
+    )
