@@ -7,7 +7,9 @@ nullable, and written as `null`, never left out.
 
 The store functions (`add_resource`, `list_resources`, `add_knowledge`, `get_knowledge`,
 `knowledge_ids`) are what the `team-task` flow reads when a step's `002` `context` block names
-knowledge relics (see `flows/scope.py`).
+knowledge relics (see `flows/scope.py`); `create_knowledge` and `list_knowledge` are
+`teamflow knowledge add` and `list`. The stores of templates and projects are
+`models.prompt_template` and `models.project`.
 
 The `001` Memory object is a Weaviate object: only its id, type, content and scope are
 required; other keys may be left out, and one the wire writes as `null` stays `null` (the
@@ -15,19 +17,29 @@ required; other keys may be left out, and one the wire writes as `null` stays `n
 it was built from.
 """
 
+import json
+import re
 import uuid
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
 import sqlalchemy as sa
-from pydantic import Field, StrictFloat, StrictInt, ValidationInfo, field_validator
+from pydantic import (
+    Field,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel, select
 
-from models.base import SnakeWireModel, Timestamp, json_column, utc_column
+from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
 from models.db import replace_row, session_scope
-from models.wire_support import row_values, wire_from_row
+from models.limits import LimitError, loads_json
+from models.wire_support import error_lines, row_values, wire_from_row
 
 Id = Annotated[str, Field(min_length=1)]
 """An identifier: any non-empty string."""
@@ -365,6 +377,116 @@ def knowledge_ids(ids: list[str], *, session: Session | None = None) -> set[str]
         return set(found)
 
 
+ID_RULE = "1-128 letters, digits and _ . : @ -, starting with a letter or digit"
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+MAX_KNOWLEDGE_CHARS = 1_000_000
+"""The longest content (text, URL or JSON text) `create_knowledge` stores."""
+DEFAULT_SOURCE = "cli"
+"""A knowledge entry's `source` when nobody says where it came from."""
+
+
+def check_id(value: str, what: str) -> str:
+    """`value` if it is an id a person can type (see `ID_RULE`); else `KnowledgeError`."""
+    if not _ID.match(value):
+        raise KnowledgeError(f"{what} {value!r} is not an id: {ID_RULE}")
+    return value
+
+
+def check_tags(tags: list[str] | None) -> list[str]:
+    """The tags without repeats, in order; `KnowledgeError` for an empty one."""
+    for tag in tags or []:
+        if not tag.strip():
+            raise KnowledgeError("tags: a tag is empty")
+    return list(dict.fromkeys(tags or []))
+
+
+def _content(kind: KnowledgeType, content: str) -> str | dict[str, Any]:
+    if len(content) > MAX_KNOWLEDGE_CHARS:
+        raise KnowledgeError(f"content: {len(content)} characters; at most {MAX_KNOWLEDGE_CHARS}")
+    if not content.strip():
+        raise KnowledgeError("content: empty")
+    if kind is KnowledgeType.JSON:
+        try:
+            parsed = loads_json(content, what="content")
+        except json.JSONDecodeError as exc:
+            raise KnowledgeError(
+                f"content is not valid JSON: {exc.msg} at column {exc.colno}"
+            ) from None
+        except LimitError as exc:
+            raise KnowledgeError(str(exc)) from None
+        if not isinstance(parsed, dict):
+            raise KnowledgeError("content: a json knowledge entry's content must be a JSON object")
+        return parsed
+    if kind is KnowledgeType.LINK and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$", content):
+        raise KnowledgeError(f"content: a link is a URL (e.g. https://...), not {content!r}")
+    return content
+
+
+def create_knowledge(
+    *,
+    type: KnowledgeType | str,
+    content: str,
+    summary: str,
+    tags: list[str] | None = None,
+    source: str | None = None,
+    knowledge_id: str | None = None,
+    session: Session | None = None,
+) -> KnowledgeEntry:
+    """Stores a new `000` Knowledge Entry, created now (`teamflow knowledge add`).
+
+    `content` is the text, the URL (`link`), or the JSON text of an object (`json`). The id
+    is a new UUID unless given, the source `DEFAULT_SOURCE` unless given. Refused with one
+    line (`KnowledgeError`), nothing written: an unknown type, empty content, summary or
+    source, JSON that is not an object, a link that is no URL, an empty tag, a malformed id
+    or one that is taken.
+    """
+    try:
+        kind = KnowledgeType(type)
+    except ValueError:
+        allowed = ", ".join(t.value for t in KnowledgeType)
+        raise KnowledgeError(f"type {type!r} is not one of {allowed}") from None
+    if knowledge_id is not None:
+        check_id(knowledge_id, "knowledge id")
+    if not summary.strip():
+        raise KnowledgeError("summary: empty")
+    source = DEFAULT_SOURCE if source is None else source
+    if not source.strip():
+        raise KnowledgeError("source: empty")
+    now = utcnow()
+    try:
+        entry = KnowledgeEntry(
+            knowledge_id=knowledge_id or str(uuid.uuid4()), type=kind,
+            content=_content(kind, content), summary=summary, created_at=now, updated_at=now,
+            tags=check_tags(tags), source=source,
+        )  # fmt: skip
+    except ValidationError as exc:
+        raise KnowledgeError(error_lines(exc)[0]) from None
+    with session_scope(session) as s:
+        taken = KnowledgeError(f"knowledge entry {entry.knowledge_id!r} exists already")
+        if s.get(KnowledgeEntryRow, entry.knowledge_id) is not None:
+            raise taken
+        try:
+            with s.begin_nested():  # another process may take the id meanwhile
+                s.add(KnowledgeEntryRow.from_wire(entry))
+        except sa.exc.IntegrityError:
+            raise taken from None
+        return entry
+
+
+def list_knowledge(
+    *, tag: str | None = None, session: Session | None = None
+) -> list[KnowledgeEntry]:
+    """The stored Knowledge Entries, oldest first; with `tag`, those tagged with it."""
+    with session_scope(session) as s:
+        query = select(KnowledgeEntryRow).order_by(
+            KnowledgeEntryRow.created_at,  # type: ignore[arg-type]
+            KnowledgeEntryRow.knowledge_id,  # type: ignore[arg-type]
+        )
+        # Tags are a JSON list; filtering here reads the same on SQLite and PostgreSQL.
+        entries = [row.to_wire() for row in s.exec(query)]
+    return [e for e in entries if tag is None or tag in e.tags]
+
+
 # --- 001 Memory ----------------------------------------------------------------------------
 
 
@@ -422,10 +544,19 @@ class Memory(SnakeWireModel):
 
 
 class MemoryRow(SQLModel, table=True):
-    """A stored `001` Memory (the embedding is a JSON array)."""
+    """A stored `001` Memory (the embedding is a JSON array).
+
+    `team` is teamflow's own column (the wire has none): the team whose members may see the
+    memory (see `models.memory`). On SQLite an FTS5 table (`memories_fts`) and on PostgreSQL
+    a generated `content_tsv` column index `content` for full-text search; both are made by
+    migration 0009 and kept out of this metadata (see `models/migrations/env.py`).
+    """
 
     __tablename__ = "memories"
-    __table_args__ = (sa.Index("ix_memories_agent_type", "agent_id", "memory_type"),)
+    __table_args__ = (
+        sa.Index("ix_memories_agent_type", "agent_id", "memory_type"),
+        sa.Index("ix_memories_team_updated", "team", "updated_at"),
+    )
 
     memory_id: uuid.UUID = SQLField(sa_column=sa.Column(sa.Uuid, primary_key=True))
     memory_type: str = SQLField(sa_column=sa.Column(sa.String(32), nullable=False, index=True))
@@ -443,6 +574,7 @@ class MemoryRow(SQLModel, table=True):
     last_accessed: datetime | None = SQLField(default=None, sa_column=utc_column())
     access_count: int | None = SQLField(default=None, sa_column=sa.Column(sa.BigInteger))
     explicit_nulls: list | None = SQLField(default=None, sa_column=json_column())
+    team: str | None = SQLField(default=None, sa_column=sa.Column(sa.String(64)))
 
     @classmethod
     def from_wire(cls, wire: Memory) -> Self:

@@ -1,0 +1,215 @@
+"""Projects: `000` Project Definitions, their milestones, and the tasks placed in them.
+
+A new project is `ready` (`000` status: nothing in it has started; `000` has no `active`).
+Its id is a slug of its name unless one is given; its milestones are ids, in the order given.
+
+A task joins a project, and optionally one of its milestones, when it is created:
+`place_task` writes the task's `000` Context (`contexts` row: project_id, milestone_id,
+task_id; its parent the milestone, or the project) in the caller's transaction, so a refused
+project or milestone leaves no task behind either. `project_view` groups the project's tasks
+by milestone and reads each task's status from `tasks`, where it is kept up to date; the
+context's own status is the task's at creation. A task deleted with its team drops out.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import ValidationError
+from sqlmodel import Session, select
+
+from models.base import utcnow
+from models.db import session_scope
+from models.knowledge import (
+    Context,
+    ContextRow,
+    ElmoStatus,
+    KnowledgeError,
+    ParentContext,
+    ProjectDefinition,
+    ProjectRow,
+    check_id,
+    check_tags,
+)
+from models.status import TASK_TO_ELMO
+from models.task import TaskRow, TaskState
+from models.wire_support import error_lines
+
+NEW_PROJECT_STATUS = ElmoStatus.READY
+"""The status of a new project."""
+
+
+class ProjectError(KnowledgeError):
+    """A refused project operation (unknown project or milestone, a taken id, ...)."""
+
+
+def slug(name: str) -> str:
+    """`name` as a project id: lower-case ASCII letters and digits joined by `-` (at most 64)."""
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z0-9]+", "-", ascii_name.lower()).strip("-")[:64].strip("-")
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    """A task of a project as `project show` lists it."""
+
+    id: uuid.UUID
+    team: str | None
+    title: str
+    status: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": str(self.id), "team": self.team, "title": self.title, "status": self.status}
+
+
+@dataclass(frozen=True)
+class ProjectView:
+    """A project and its tasks: per milestone (in the project's order) and without one."""
+
+    project: ProjectDefinition
+    milestones: dict[str, list[TaskRef]]
+    without_milestone: list[TaskRef] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "project": self.project.to_wire(),
+            "milestones": [
+                {"milestone_id": m, "tasks": [t.to_json() for t in tasks]}
+                for m, tasks in self.milestones.items()
+            ],
+            "without_milestone": [t.to_json() for t in self.without_milestone],
+        }
+
+
+def create_project(
+    name: str,
+    *,
+    description: str,
+    milestones: list[str] | None = None,
+    tags: list[str] | None = None,
+    project_id: str | None = None,
+    session: Session | None = None,
+) -> ProjectDefinition:
+    """Stores a new project, `ready`, created now; its id `project_id` or a slug of `name`.
+
+    Refused (`ProjectError`, nothing written): an empty name, a malformed or taken id, a
+    malformed or repeated milestone, an empty tag.
+    """
+    if not name.strip():
+        raise ProjectError("name: empty")
+    if project_id is None:
+        project_id = slug(name)
+        if not project_id:
+            raise ProjectError(f"cannot make a project id of the name {name!r}; give one (--id)")
+    check_id(project_id, "project id")
+    for milestone in milestones or []:
+        check_id(milestone, "milestone")
+    repeated = sorted({m for m in milestones or [] if (milestones or []).count(m) > 1})
+    if repeated:
+        raise ProjectError(f"milestone {repeated[0]!r} is given twice")
+    now = utcnow()
+    try:
+        project = ProjectDefinition(
+            project_id=project_id, name=name, description=description, created_at=now,
+            updated_at=now, status=NEW_PROJECT_STATUS, milestones=list(milestones or []),
+            tags=check_tags(tags),
+        )  # fmt: skip
+    except ValidationError as exc:
+        raise ProjectError(error_lines(exc)[0]) from None
+    with session_scope(session) as s:
+        taken = ProjectError(f"project {project_id!r} exists already")
+        if s.get(ProjectRow, project_id) is not None:
+            raise taken
+        try:
+            with s.begin_nested():  # another process may take the id meanwhile
+                s.add(ProjectRow.from_wire(project))
+        except sa.exc.IntegrityError:
+            raise taken from None
+        return project
+
+
+def get_project(project_id: str, *, session: Session | None = None) -> ProjectDefinition:
+    """The project `project_id`; `ProjectError` if there is none."""
+    with session_scope(session) as s:
+        row = s.get(ProjectRow, project_id)
+        if row is None:
+            raise ProjectError(f"no project {project_id!r}")
+        return row.to_wire()
+
+
+def list_projects(*, session: Session | None = None) -> list[ProjectDefinition]:
+    """Every project, by id."""
+    with session_scope(session) as s:
+        rows = s.exec(select(ProjectRow).order_by(ProjectRow.project_id))  # type: ignore[arg-type]
+        return [row.to_wire() for row in rows]
+
+
+def place_task(
+    task: TaskRow,
+    project_id: str,
+    milestone_id: str | None = None,
+    *,
+    session: Session,
+) -> Context:
+    """Places the new `task` in project `project_id` (and its milestone `milestone_id`): its
+    `000` Context, written in the caller's transaction (the one that writes the task).
+
+    `ProjectError` for an unknown project or a milestone the project does not have.
+    """
+    project = get_project(project_id, session=session)
+    if milestone_id is not None and milestone_id not in project.milestones:
+        has = ", ".join(project.milestones) or "none"
+        raise ProjectError(
+            f"project {project_id!r} has no milestone {milestone_id!r} (its milestones: {has})"
+        )
+    now = utcnow()
+    context = Context(
+        project_id=project_id, milestone_id=milestone_id, task_id=str(task.id),
+        process_id=None, thread_id=None, branch_id=None, description=task.title,
+        resources=[], tags=[], created_at=now, updated_at=now,
+        status=TASK_TO_ELMO[TaskState(task.status or TaskState.PENDING)],
+        parent_context=ParentContext(
+            project_id=project_id, milestone_id=milestone_id, task_id=None
+        ),
+    )  # fmt: skip
+    session.add(ContextRow.from_wire(context))
+    session.flush()
+    return context
+
+
+def project_view(project_id: str, *, session: Session | None = None) -> ProjectView:
+    """The project `project_id` and its tasks grouped by milestone (`project show`)."""
+    with session_scope(session) as s:
+        project = get_project(project_id, session=s)
+        contexts = s.exec(
+            select(ContextRow).where(
+                ContextRow.project_id == project_id,
+                ContextRow.task_id.is_not(None),  # type: ignore[union-attr]
+                ContextRow.process_id.is_(None),  # type: ignore[union-attr]
+                ContextRow.thread_id.is_(None),  # type: ignore[union-attr]
+                ContextRow.branch_id.is_(None),  # type: ignore[union-attr]
+            )
+        ).all()
+        placed: dict[uuid.UUID, str | None] = {}
+        for context in contexts:
+            try:
+                placed.setdefault(uuid.UUID(context.task_id or ""), context.milestone_id)
+            except ValueError:
+                continue  # a context of work that is no teamflow task
+        tasks = s.execute(
+            sa.select(TaskRow)
+            .where(TaskRow.id.in_(list(placed)))  # type: ignore[attr-defined]
+            .order_by(TaskRow.created_at, TaskRow.id)  # type: ignore[arg-type]
+        ).scalars()
+        groups: dict[str, list[TaskRef]] = {m: [] for m in project.milestones}
+        without: list[TaskRef] = []
+        for task in tasks:
+            ref = TaskRef(task.id, task.team, task.title, task.status or TaskState.PENDING.value)
+            milestone = placed[task.id]
+            (without if milestone is None else groups.setdefault(milestone, [])).append(ref)
+        return ProjectView(project, groups, without)

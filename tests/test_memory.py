@@ -1,0 +1,301 @@
+"""The memory store (models/memory.py): what agents remember, who may see it, and search, on
+SQLite and PostgreSQL; vectors from a fake OpenAI-compatible embeddings server."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from factories import TEAM, research_team
+from fakes.embeddings_server import FakeEmbeddings
+from sqlmodel import Session, select
+
+from models import db, membership
+from models import memory as store
+from models.base import utcnow
+from models.embeddings import OpenAIEmbedder, configured_embedder
+from models.knowledge import MemoryRow
+from models.memory import MAX_CONTENT, MemoryStoreError
+
+
+@pytest.fixture
+def team(db_url: str, home: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.delenv("TEAMFLOW_EMBEDDINGS_URL", raising=False)
+    return research_team()
+
+
+def _count() -> int:
+    with Session(db.engine()) as s:
+        return s.exec(select(sa.func.count()).select_from(MemoryRow)).one()
+
+
+def _ids(found: list[store.Found]) -> list[uuid.UUID]:
+    return [f.memory.memory_id for f in found]
+
+
+def test_a_memory_comes_back_as_stored_and_each_read_is_counted(team: str) -> None:
+    made = store.add(
+        team, "analyst-1", memory_type="user_preference", content="User prefers dark mode",
+        scope="shared", importance=0.8, confidence=0.9, tags=["preference", "ui"],
+    )  # fmt: skip
+    assert made.agent_id == f"analyst-1@{TEAM}"
+    assert made.source == f"analyst-1@{TEAM}"
+    assert made.access_count == 0 and made.last_accessed is None
+
+    first = store.get(team, made.memory_id, agent="analyst-1")
+    second = store.get(team, str(made.memory_id), agent="analyst-2")
+    assert first.content == "User prefers dark mode"
+    assert (first.importance, first.confidence, first.tags) == (0.8, 0.9, ["preference", "ui"])
+    assert (first.access_count, second.access_count) == (1, 2)
+    assert second.last_accessed is not None and second.last_accessed >= first.last_accessed
+    # the wire leaves out what the memory does not have (no embedding here)
+    assert "embedding" not in second.to_wire()
+
+
+def test_an_individual_memory_is_seen_by_its_own_agent_only(team: str) -> None:
+    private = store.add(
+        team, "analyst-1", memory_type="agent_procedure", scope="individual",
+        content="Check the quarterly revenue table before the forecast",
+    )  # fmt: skip
+    shared = store.add(
+        team, "analyst-1", memory_type="knowledge", scope="shared",
+        content="The quarterly revenue table lives in the finance schema",
+    )  # fmt: skip
+    assert store.get(team, private.memory_id, agent="analyst-1").memory_id == private.memory_id
+    for refused in (
+        lambda: store.get(team, private.memory_id, agent="analyst-2"),
+        lambda: store.update(team, private.memory_id, agent="analyst-2", importance=1.0),
+        lambda: store.forget(team, private.memory_id, agent="analyst-2"),
+    ):
+        with pytest.raises(MemoryStoreError, match="has no memory"):
+            refused()
+
+    def seen_by(agent: str) -> set[uuid.UUID]:
+        return set(_ids(store.search(team, "quarterly revenue table", agent=agent)))
+
+    assert seen_by("analyst-1") == {private.memory_id, shared.memory_id}
+    assert seen_by("analyst-2") == {shared.memory_id}
+    assert seen_by("coordinator") == {shared.memory_id}
+    # the refused calls did not read it: analyst-1's get and search, and this get
+    assert store.get(team, private.memory_id).access_count == 3
+
+
+def test_no_memory_is_seen_from_another_team(team: str) -> None:
+    membership.create_team("other-team", description="x", lead="boss")
+    mine = store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
+                     content="Revenue grew nine percent")  # fmt: skip
+    with pytest.raises(MemoryStoreError, match="'other-team' has no memory"):
+        store.get("other-team", mine.memory_id, agent="boss")
+    assert store.search("other-team", "revenue", agent="boss") == []
+
+
+def test_forgetting_a_memory_removes_it_from_every_related_list(team: str) -> None:
+    a = store.add(team, "analyst-1", memory_type="knowledge", scope="shared", content="alpha")
+    b = store.add(team, "analyst-1", memory_type="knowledge", scope="shared", content="beta")
+    c = store.add(
+        team, "analyst-2", memory_type="knowledge", scope="shared", content="gamma",
+        related_memories=[a.memory_id, b.memory_id],
+    )  # fmt: skip
+    d = store.add(team, "analyst-2", memory_type="knowledge", scope="shared", content="delta",
+                  related_memories=[str(a.memory_id)])  # fmt: skip
+
+    gone = store.forget(team, a.memory_id, agent="analyst-1")
+    assert gone.content == "alpha"
+    assert store.get(team, c.memory_id).related_memories == [b.memory_id]
+    assert store.get(team, d.memory_id).related_memories == []
+    with pytest.raises(MemoryStoreError, match="has no memory"):
+        store.get(team, a.memory_id)
+    assert store.search(team, "alpha", agent="analyst-1") == []
+
+
+def test_a_memory_cannot_relate_to_one_its_agent_cannot_see(team: str) -> None:
+    private = store.add(team, "analyst-1", memory_type="knowledge", content="secret plan")
+    with pytest.raises(MemoryStoreError, match=r"related_memories: .*has no memory"):
+        store.add(team, "analyst-2", memory_type="knowledge", content="x",
+                  related_memories=[private.memory_id])  # fmt: skip
+    assert _count() == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        ({"memory_type": "opinion"}, "memory_type"),
+        ({"scope": "team"}, "scope"),
+        ({"importance": 1.5}, "importance"),
+        ({"confidence": -0.1}, "confidence"),
+        ({"importance": math.nan}, "importance"),
+        ({"confidence": math.inf}, "confidence"),
+        ({"content": "x" * (MAX_CONTENT + 1)}, "content"),
+        ({"content": "   "}, "content"),
+        ({"tags": ["ok", ""]}, "tags"),
+        ({"tags": [f"t{i}" for i in range(40)]}, "tags"),
+        ({"embedding": [0.1, math.nan]}, "embedding"),
+        ({"related_memories": ["not-a-uuid"]}, "related_memories"),
+    ],
+)
+def test_bad_fields_are_refused_by_name_and_nothing_is_written(
+    team: str, change: dict, names: str
+) -> None:
+    fields = {"memory_type": "knowledge", "content": "fine", "scope": "shared", **change}
+    with pytest.raises(MemoryStoreError, match=rf"^{names}"):
+        store.add(team, "analyst-1", **fields)
+    assert _count() == 0
+
+
+def test_unknown_team_or_member_is_refused(team: str) -> None:
+    with pytest.raises(MemoryStoreError, match="no team named 'nope-team'"):
+        store.add("nope-team", "analyst-1", memory_type="knowledge", content="x")
+    with pytest.raises(MemoryStoreError, match="no member named 'ghost'"):
+        store.add(team, "ghost", memory_type="knowledge", content="x")
+    with pytest.raises(MemoryStoreError, match="no member named 'ghost'"):
+        store.search(team, "x", agent="ghost")
+    assert _count() == 0
+
+
+def test_an_update_is_checked_and_keeps_full_text_in_step(team: str) -> None:
+    m = store.add(team, "analyst-1", memory_type="knowledge", content="The database is MySQL")
+    with pytest.raises(MemoryStoreError, match=r"^importance"):
+        store.update(team, m.memory_id, agent="analyst-1", importance=2.0)
+    with pytest.raises(MemoryStoreError, match="agent_id: not a field"):
+        store.update(team, m.memory_id, agent="analyst-1", agent_id="analyst-2@x")
+    changed = store.update(
+        team, m.memory_id, agent="analyst-1", content="The database is PostgreSQL", importance=0.7
+    )
+    assert (changed.content, changed.importance) == ("The database is PostgreSQL", 0.7)
+    assert changed.updated_at > m.updated_at
+    assert store.search(team, "mysql", agent="analyst-1") == []
+    assert _ids(store.search(team, "postgresql", agent="analyst-1")) == [m.memory_id]
+
+
+def test_search_takes_plain_words_in_any_order_and_their_forms(team: str) -> None:
+    m = store.add(team, "analyst-1", memory_type="event_pattern", scope="shared",
+                  content="Deployments on Friday evenings often fail")  # fmt: skip
+    store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
+              content="Lunch is at noon")  # fmt: skip
+    for query in ("failing friday deployment", "evening", 'friday "deploy', "FRIDAY: fail?"):
+        assert _ids(store.search(team, query, agent="analyst-2")) == [m.memory_id], query
+    assert store.search(team, "tuesday", agent="analyst-2") == []
+    with pytest.raises(MemoryStoreError, match="no words"):
+        store.search(team, "?! --", agent="analyst-2")
+
+
+def test_more_matching_words_more_importance_and_recent_use_rank_higher(team: str) -> None:
+    def add(content: str, importance: float) -> uuid.UUID:
+        return store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
+                         content=content, importance=importance).memory_id  # fmt: skip
+
+    both = add("cache invalidation is hard", 0.5)
+    one = add("cache sizes grow", 0.5)
+    assert _ids(store.search(team, "cache invalidation", agent="analyst-1"))[0] == both
+
+    low = add("retry the flaky upload", 0.1)
+    high = add("retry the flaky upload", 0.9)
+    assert _ids(store.search(team, "flaky upload", agent="analyst-1"))[:2] == [high, low]
+
+    old = add("rotate the api keys", 0.5)
+    new = add("rotate the api keys", 0.5)
+    with Session(db.engine()) as s:  # `old` was last used a month ago
+        row = s.get(MemoryRow, old)
+        row.last_accessed = row.updated_at = utcnow() - timedelta(days=30)
+        s.commit()
+    found = store.search(team, "rotate keys", agent="analyst-1")
+    assert _ids(found) == [new, old]
+    assert found[0].recency > found[1].recency
+    assert found[0].score == pytest.approx(0.6 * 1.0 + 0.25 * 0.5 + 0.15 * found[0].recency)
+    assert one not in _ids(found)
+
+
+def test_search_filters_by_type_and_limit(team: str) -> None:
+    for i in range(5):
+        store.add(team, "analyst-1", memory_type="knowledge", content=f"budget note {i}")
+    store.add(team, "analyst-1", memory_type="error_handling", content="budget overrun: stop")
+    found = store.search(team, "budget", agent="analyst-1", memory_types=["error_handling"])
+    assert [f.memory.content for f in found] == ["budget overrun: stop"]
+    assert len(store.search(team, "budget", agent="analyst-1", limit=3)) == 3
+    with pytest.raises(MemoryStoreError, match="'opinion' is not a memory type"):
+        store.search(team, "budget", agent="analyst-1", memory_types=["opinion"])
+    with pytest.raises(MemoryStoreError, match="limit"):
+        store.search(team, "budget", agent="analyst-1", limit=0)
+
+
+# --- vectors -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def embeddings(monkeypatch: pytest.MonkeyPatch):
+    with FakeEmbeddings() as server:
+        monkeypatch.setenv("TEAMFLOW_EMBEDDINGS_URL", server.base_url)
+        monkeypatch.setenv("TEAMFLOW_EMBEDDINGS_MODEL", "nomic-embed-text")
+        yield server
+
+
+def test_the_embedder_speaks_the_openai_embeddings_protocol(embeddings: FakeEmbeddings) -> None:
+    embedder = configured_embedder()
+    assert isinstance(embedder, OpenAIEmbedder)
+    vectors = embedder.embed(["dark mode", "ship it"])
+    assert [len(v) for v in vectors] == [768, 768]
+    assert embedder.dimension == 768
+    assert embeddings.requests[0]["path"] == "/v1/embeddings"
+    assert embeddings.requests[0]["body"] == {
+        "model": "nomic-embed-text",
+        "input": ["dark mode", "ship it"],
+    }
+
+
+def test_with_an_embedder_search_finds_meaning_without_shared_words(
+    team: str, embeddings: FakeEmbeddings
+) -> None:
+    dark = store.add(team, "analyst-1", memory_type="user_preference", scope="shared",
+                     content="User prefers dark mode")  # fmt: skip
+    store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
+              content="Lunch is at noon")  # fmt: skip
+    assert len(store.get(team, dark.memory_id).embedding or []) == 768
+    found = store.search(team, "night theme", agent="analyst-2", limit=1)
+    assert _ids(found) == [dark.memory_id]
+    assert found[0].relevance == pytest.approx(2 / math.sqrt(4 * 2))  # cosine, no word shared
+
+    # the cached matrix sees a memory added after a search
+    ship = store.add(team, "analyst-2", memory_type="event_pattern", scope="individual",
+                     content="Never release on weekends")  # fmt: skip
+    assert _ids(store.search(team, "friday deploy", agent="analyst-2", limit=1)) == [ship.memory_id]
+    # vectors obey visibility too: analyst-1 may not see analyst-2's individual memory
+    assert ship.memory_id not in _ids(store.search(team, "friday deploy", agent="analyst-1"))
+
+
+def test_the_dimension_comes_from_the_embedder_and_is_checked_on_write(
+    team: str, embeddings: FakeEmbeddings
+) -> None:
+    with pytest.raises(MemoryStoreError, match=r"embedding: 3 numbers; .* have 768"):
+        store.add(team, "analyst-1", memory_type="knowledge", content="x",
+                  embedding=[0.1, 0.2, 0.3])  # fmt: skip
+    assert _count() == 0
+
+
+def test_an_embedder_that_fails_refuses_the_write(team: str, embeddings: FakeEmbeddings) -> None:
+    embeddings.fail_with = 503
+    with pytest.raises(MemoryStoreError, match=r"embeddings endpoint .* answered 503"):
+        store.add(team, "analyst-1", memory_type="knowledge", content="x")
+    assert _count() == 0
+
+
+def test_without_an_embedder_stored_vectors_must_agree_with_the_team(team: str) -> None:
+    store.add(team, "analyst-1", memory_type="knowledge", content="a", embedding=[1.0, 0.0])
+    with pytest.raises(MemoryStoreError, match=r"embedding: 3 numbers; .* have 2"):
+        store.add(team, "analyst-1", memory_type="knowledge", content="b",
+                  embedding=[1.0, 0.0, 0.0])  # fmt: skip
+    assert _count() == 1
+
+
+def test_full_text_tables_are_in_place(db_url: str) -> None:
+    engine = db.engine(db_url)
+    if engine.dialect.name == "sqlite":
+        assert "memories_fts" in sa.inspect(engine).get_table_names()
+    else:
+        columns = {c["name"] for c in sa.inspect(engine).get_columns("memories")}
+        assert "content_tsv" in columns
+        with Session(engine) as s:
+            assert store.pgvector_installed(s) in (True, False)

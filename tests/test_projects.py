@@ -1,0 +1,211 @@
+"""Projects (`000`) as a user runs them (a real process, both databases): a project with
+milestones, tasks created into them, `project show` grouping the tasks by milestone with their
+live status; refusals are one line, exit 1, and write neither a project nor a task."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from factories import TEAM, research_team
+from sqlmodel import Session, select
+
+from models import db
+from models.knowledge import ContextRow, ProjectDefinition, ProjectRow
+from models.project import slug
+from models.task import TaskRow, TaskState, move_task
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def teamflow(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def team(db_url: str, home: Path) -> str:
+    return research_team()
+
+
+@pytest.fixture
+def launch(team: str) -> str:
+    """Project `q4-launch` with milestones m1-research and m2-report."""
+    made = teamflow(
+        "project", "create", "Q4 Launch!", "--description", "Ship the Q4 analysis",
+        "--milestone", "m1-research", "--milestone", "m2-report", "--tag", "sales",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return "q4-launch"
+
+
+def _count(table) -> int:
+    with Session(db.engine()) as s:
+        return s.exec(select(sa.func.count()).select_from(table)).one()
+
+
+def _task(title: str, *args: str) -> str:
+    made = teamflow("task", "create", TEAM, "--title", title, *args, "--json")
+    assert made.returncode == 0, made.stderr
+    return json.loads(made.stdout)["id"]
+
+
+def test_slug_of_a_name() -> None:
+    assert slug("Q4 Launch!") == "q4-launch"
+    assert slug("  Émile's  Café -- 2026 ") == "emile-s-cafe-2026"
+    assert slug("!!!") == ""
+
+
+def test_create_stores_a_ready_000_project_with_its_milestones(team: str) -> None:
+    made = teamflow(
+        "project", "create", "Q4 Launch!", "--description", "Ship the Q4 analysis",
+        "--milestone", "m1-research", "--milestone", "m2-report", "--tag", "sales", "--json",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    project = json.loads(made.stdout)
+    keys = ["project_id", "name", "description", "created_at", "updated_at", "status",
+            "milestones", "tags"]  # fmt: skip
+    assert list(project) == keys
+    assert ProjectDefinition.model_validate(project).to_wire() == project
+    assert (project["project_id"], project["name"], project["status"]) == (
+        "q4-launch",
+        "Q4 Launch!",
+        "ready",  # 000 has no `active`: a project where nothing has started is ready
+    )
+    assert (project["milestones"], project["tags"]) == (["m1-research", "m2-report"], ["sales"])
+    own_id = teamflow("project", "create", "Other", "--description", "d", "--id", "p-7")
+    assert own_id.stdout == "created project p-7 (milestones: none)\n"
+    listed = json.loads(teamflow("project", "list", "--json").stdout)
+    assert [p["project_id"] for p in listed] == ["p-7", "q4-launch"]
+
+
+def test_show_groups_the_tasks_by_milestone_with_their_status(launch: str) -> None:
+    collect = _task("Collect the sales data", "--project", launch, "--milestone", "m1-research")
+    clean = _task("Clean the data", "--project", launch, "--milestone", "m1-research")
+    loose = _task("Book the review room", "--project", launch)
+    _task("Not in any project")
+    move_task(uuid.UUID(clean), to=TaskState.IN_PROGRESS)
+
+    shown = teamflow("project", "show", launch, "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert view["project"]["project_id"] == launch
+    assert view["milestones"] == [
+        {
+            "milestone_id": "m1-research",
+            "tasks": [
+                {"id": collect, "team": TEAM, "title": "Collect the sales data",
+                 "status": "pending"},
+                {"id": clean, "team": TEAM, "title": "Clean the data", "status": "in_progress"},
+            ],
+        },
+        {"milestone_id": "m2-report", "tasks": []},
+    ]  # fmt: skip
+    assert view["without_milestone"] == [
+        {"id": loose, "team": TEAM, "title": "Book the review room", "status": "pending"}
+    ]
+
+    text = teamflow("project", "show", launch).stdout.splitlines()
+    assert text[0] == "q4-launch  Q4 Launch!  (ready) [sales]"
+    assert text[2] == "milestone m1-research"
+    assert text[3] == f"    {collect}  pending     Collect the sales data  [{TEAM}]"
+    assert text[4] == f"    {clean}  in_progress Clean the data  [{TEAM}]"
+    assert text[5:] == [
+        "milestone m2-report",
+        "    no tasks",
+        "without milestone",
+        f"    {loose}  pending     Book the review room  [{TEAM}]",
+    ]
+
+
+def test_a_tasks_place_is_its_000_context(launch: str) -> None:
+    task_id = _task("Write the report", "--project", launch, "--milestone", "m2-report")
+    with Session(db.engine()) as s:
+        (context,) = s.exec(select(ContextRow)).all()
+    assert context.to_wire().to_wire() | {"created_at": "-", "updated_at": "-"} == {
+        "project_id": launch,
+        "milestone_id": "m2-report",
+        "task_id": task_id,
+        "process_id": None,
+        "thread_id": None,
+        "branch_id": None,
+        "description": "Write the report",
+        "resources": [],
+        "tags": [],
+        "created_at": "-",
+        "updated_at": "-",
+        "status": "pending",
+        "parent_context": {"project_id": launch, "milestone_id": "m2-report", "task_id": None},
+    }
+
+
+def test_task_create_into_a_project_prints_its_place(launch: str) -> None:
+    made = teamflow(
+        "task", "create", TEAM, "--title", "T", "--project", launch, "--milestone", "m2-report",
+        "--json",
+    )  # fmt: skip
+    data = json.loads(made.stdout)
+    assert (data["project_id"], data["milestone_id"]) == (launch, "m2-report")
+    plain = json.loads(teamflow("task", "create", TEAM, "--title", "U", "--json").stdout)
+    assert "project_id" not in plain  # a task outside projects prints as before
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--project", "nope"], "no project 'nope'"),
+        (["--project", "q4-launch", "--milestone", "m9"],
+         "project 'q4-launch' has no milestone 'm9' (its milestones: m1-research, m2-report)"),
+        (["--milestone", "m1-research"], "--milestone needs --project"),
+    ],
+)  # fmt: skip
+def test_a_task_into_an_unknown_project_or_milestone_is_not_written(
+    launch: str, args: list[str], says: str
+) -> None:
+    result = teamflow("task", "create", TEAM, "--title", "Lost", *args, "--json")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+    assert json.loads(result.stdout)["status"] == "error"
+    assert (_count(TaskRow), _count(ContextRow)) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["Q4 Launch!", "--description", "d"], "project 'q4-launch' exists already"),
+        (["Other", "--description", "d", "--id", "q4-launch"], "'q4-launch' exists already"),
+        (["!!!", "--description", "d"], "cannot make a project id of the name '!!!'"),
+        (["Other", "--description", "d", "--id", "a b"], "project id 'a b' is not an id"),
+        (["Other", "--description", "d", "--milestone", "m 1"], "milestone 'm 1' is not an id"),
+        (["Other", "--description", "d", "--milestone", "m1", "--milestone", "m1"],
+         "milestone 'm1' is given twice"),
+        (["Other", "--description", "d", "--tag", ""], "tags: a tag is empty"),
+        ([" ", "--description", "d"], "name: empty"),
+    ],
+)  # fmt: skip
+def test_a_refused_project_is_one_line_and_writes_nothing(
+    launch: str, args: list[str], says: str
+) -> None:
+    result = teamflow("project", "create", *args, "--json")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+    assert json.loads(result.stdout)["status"] == "error"
+    assert _count(ProjectRow) == 1
+
+
+def test_show_names_an_unknown_project(team: str) -> None:
+    result = teamflow("project", "show", "nope")
+    assert result.returncode == 1
+    assert result.stderr == "teamflow: error: no project 'nope'\n"
