@@ -11,13 +11,15 @@ runs per pass (`benchmarks/approval.py --deadlines` compares them).
 
 Every `reconcile_s` it also resumes suspended runs whose request was decided while Prefect
 could not be reached (`teamflow plan approve` during a server restart records the decision
-and says the run will find it).
+and says the run will find it), and at once when the worker sees the Prefect API come back
+after an outage (`api_back`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 from uuid import UUID
 
@@ -35,6 +37,14 @@ PAGE = 200
 """The most runs one Prefect API query returns."""
 
 logger = logging.getLogger("teamflow.deadlines")
+
+_api_back = threading.Event()
+
+
+def api_back() -> None:
+    """Says the Prefect API is back after an outage: the clock reconciles at its next tick
+    (decisions recorded meanwhile reach their suspended runs within about a second)."""
+    _api_back.set()
 
 
 async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCILE_S) -> None:
@@ -62,7 +72,9 @@ async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCI
                 if acted:
                     runs = await anyio.to_thread.run_sync(plan_timeout.decided_with_runs, acted)
                     await send.send(runs)
-                if anyio.current_time() - last_reconcile >= reconcile_s:
+                back = _api_back.is_set()
+                if back or anyio.current_time() - last_reconcile >= reconcile_s:
+                    _api_back.clear()
                     last_reconcile = anyio.current_time()
                     group.start_soon(_reconcile)
             except Exception as exc:  # the database is away: try again next round

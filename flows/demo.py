@@ -7,7 +7,9 @@ task. The scripted agents work it with real tools: analyst-1 asks for its plan t
 approved (the lead decides by policy, or a person does with `--interactive`), then finds the
 top revenue trends, segment performance and regional variations; analyst-2 starts the
 satisfaction cross-reference as an ASYNC action and, meanwhile, looks at segments. Both
-write `analysis.csv` and `report.md`. Then both are shut down through the handshake, and the
+write `analysis.csv` and `report.md`, and analyst-1 remembers its top finding as a shared
+memory. A follow-up task, the Q1 planning brief, has analyst-2 recall that finding and write
+`brief.md` from it. Then both are shut down through the handshake, and the
 demo prints what happened and where to look.
 """
 
@@ -105,6 +107,13 @@ PLAYBOOKS: dict[str, list[dict[str, Any]]] = {
                                             "quarter_change_pct"]}),
             _tool("write_file", {"path": "artifacts/report.md", "content": REPORT_1}),
         ]),
+        _step("EXECUTING", "For the team's later tasks: remember the top finding, shared.", [
+            {"action": "remember", "type": "internal", "execution": "SYNC",
+             "params": {"content": "Q4 top revenue trend: "
+                                   "{result.analyze_sales.top_trends.0.summary}",
+                        "memory_type": "knowledge", "scope": "shared", "importance": 0.9,
+                        "tags": ["q4", "sales"]}},
+        ]),
         _step("SUCCESS", "Report written.", [], stop=True,
               response="Top trend: {result.analyze_sales.top_trends.0.summary}"),
     ],
@@ -127,6 +136,27 @@ PLAYBOOKS: dict[str, list[dict[str, Any]]] = {
               response="Satisfaction vs revenue: "
                        "{result.cross_reference_satisfaction.correlation.revenue_vs_score}"),
     ],
+}  # fmt: skip
+
+
+FOLLOW_UP = "Q1 planning brief"
+BRIEF = """# Q1 planning brief (analyst-2)
+
+What the team found in Q4, recalled from its memory:
+{result.recall.memories.0.content}
+"""
+# The follow-up task: analyst-2 recalls what analyst-1 remembered during the first task.
+TASK_PLAYBOOKS: dict[str, dict[str, list[dict[str, Any]]]] = {
+    "analyst-2": {FOLLOW_UP: [
+        _step("EXECUTING", "What did the team learn about Q4 revenue?", [
+            {"action": "recall", "type": "internal", "execution": "SYNC",
+             "params": {"query": "q4 revenue trend", "memory_type": "knowledge", "limit": 3}},
+        ]),
+        _step("EXECUTING", "Write the brief from the recalled finding.",
+              [_tool("write_file", {"path": "artifacts/brief.md", "content": BRIEF})]),
+        _step("SUCCESS", "Brief written.", [], stop=True,
+              response="{result.recall.memories.0.content}"),
+    ]},
 }  # fmt: skip
 
 
@@ -155,6 +185,8 @@ def runtime(name: str) -> dict[str, Any]:
     config: dict[str, Any] = {"kind": "scripted", "playbook": PLAYBOOKS[name]}
     if name in ON_DENIAL:
         config["on_denial"] = ON_DENIAL[name]
+    if name in TASK_PLAYBOOKS:
+        config["tasks"] = TASK_PLAYBOOKS[name]
     return config
 
 
@@ -262,16 +294,28 @@ class Lead(threading.Thread):
                     inbox.send_payload(TEAM, to=LEAD, sender=name, payload=answer)
 
 
-async def _run(task_id: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+async def _run(
+    task_id: str, echo: Callable[[str], None]
+) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
+    """The task; once it is done, the follow-up that recalls its finding; the shutdowns."""
     from flows.shutdown import shutdown_member
     from flows.team_task import run_team_task
+    from models.task import create_task
 
     result = await run_team_task(task_id, team=TEAM)
+    follow_up = None
+    if result["status"] == "completed":
+        task = create_task(
+            TEAM, title=FOLLOW_UP, creator=LEAD, assignees=["analyst-2"],
+            description="Brief the Q1 plan on what the team learned in Q4.",
+        )  # fmt: skip
+        echo(f"  task {task.id}: {task.title} (recalls what analyst-1 remembered)")
+        follow_up = await run_team_task(str(task.id), team=TEAM)
     shutdowns = [
         await shutdown_member(TEAM, name, reason="tasks_complete", timeout_s=60)
         for name in ("analyst-1", "analyst-2")
     ]
-    return result, shutdowns
+    return result, follow_up, shutdowns
 
 
 def run(
@@ -301,7 +345,7 @@ def run(
     lead.start()
     try:
         with _on(server):
-            result, shutdowns = asyncio.run(_run(task_id))
+            result, follow_up, shutdowns = asyncio.run(_run(task_id, echo))
     finally:
         lead.done.set()
         lead.join(timeout=5)
@@ -314,6 +358,7 @@ def run(
     }
     summary = {
         "task": result,
+        "follow_up": follow_up,
         "shutdowns": [{k: s.get(k) for k in ("member", "status", "forced")} for s in shutdowns],
         "files": files,
         "home": str(home),
@@ -369,6 +414,11 @@ def _report(summary: dict[str, Any], echo: Callable[[str], None]) -> None:
     echo(f"Task {task['task_id']}: {task['status']} in {summary['seconds']} s")
     for name, outcome in task["members"].items():
         echo(f"  {name}: {outcome['response'] or outcome['error']}")
+    follow_up = summary.get("follow_up")
+    if follow_up is not None:
+        echo(f"Task {follow_up['task_id']} ({FOLLOW_UP}): {follow_up['status']}")
+        for name, outcome in follow_up["members"].items():
+            echo(f"  {name} recalled: {outcome['response'] or outcome['error']}")
     for shutdown in summary["shutdowns"]:
         how = "forced" if shutdown.get("forced") else "approved"
         echo(f"  {shutdown.get('member')} shut down ({how})")

@@ -70,16 +70,20 @@ def start_ready(ready: list[tuple[uuid.UUID, str]]) -> list[str]:
         return []
     from flows import runner
     from models.db import session_scope
+    from models.task import get_task
 
     log = _logger()
     started = []
     for task_id, team in ready:
         try:
+            task = get_task(str(task_id))
+            assignees = [a.assignee_id for a in task.assignees]
             run = runner.start(
                 DEPLOYMENT,
                 {"task_id": str(task_id), "team": team},
                 idempotency_key=f"team-task-{task_id}",
                 tags=[f"team:{team}"],
+                flow_run_name=runner.task_run_name(team, task.title, assignees),
                 require_worker=False,
             )
         except Exception as exc:  # the close is committed: record what went wrong

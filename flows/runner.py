@@ -263,12 +263,21 @@ def start_task(task_id: str) -> StartedRun:
     next attempt: the run gets a new idempotency key, so a new run starts instead of the
     dead one being handed back. Starting a task twice otherwise returns the first run.
     """
+    from models.task import get_task
     from models.watchdog import reopen_task, task_run_key
 
     row = reopen_task(task_id)
+    task = get_task(str(row.id))
     return start(
         "team-task/team-task",
         {"task_id": str(row.id), "team": row.team},
         idempotency_key=task_run_key(row.id, row.attempt),
         tags=[f"team:{row.team}"],
+        flow_run_name=task_run_name(task.team, task.title, [a.assignee_id for a in task.assignees]),
     )
+
+
+def task_run_name(team: str, title: str, assignees: list[str]) -> str:
+    """`research-team: Q4 sales analysis (analyst-1, analyst-2)`: the name of a team task's
+    run, the same when the CLI starts it (and prints it) as when the run names itself."""
+    return f"{team}: {title[:60]} ({', '.join(assignees)})"

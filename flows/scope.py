@@ -18,6 +18,8 @@ enforces it where it executes the step's actions:
   it. Paths and URLs no known resource covers are not governed, as without a block. The
   resources in force for the read/write rule are then the member's and the stored ones, so
   writing a named resource whose access is `read` is still refused.
+- `memory` and `memory:TYPE` name the memory types the internal action `recall` may search
+  (`flows/memory_actions.py`); under a block naming none, a step recalls nothing.
 - The internal action `read_knowledge` (`{"knowledge_id": ...}`) gives back a Knowledge
   Entry; under a block, only one the block names.
 - `security_level` is one of `public < user < admin` (`models.agent.SecurityLevel`; the wire
@@ -38,12 +40,14 @@ from typing import Any
 
 from sqlmodel import Session
 
+from flows.memory_actions import is_memory_relic, relic_errors
 from flows.runtimes import StepError
 from flows.tools import written_paths
 from models.agent import ActionContext, SecurityLevel
 from models.knowledge import (
     ContextResource,
     KnowledgeError,
+    MemoryType,
     ResourceType,
     get_knowledge,
     knowledge_ids,
@@ -184,8 +188,15 @@ def step_scope(
         )
         known[resource.id] = resource  # the member's own definition wins
     relics = list(dict.fromkeys(context.knowledge_relics))
+    bad_memory = relic_errors(relics)
+    if bad_memory:
+        names = ", ".join(repr(r) for r in bad_memory)
+        types = ", ".join(t.value for t in MemoryType)
+        raise ScopeError(
+            f"the step's context names knowledge relic {names}, but memory types are {types}"
+        )
     entries = knowledge_ids(relics, session=session)
-    unknown = [r for r in relics if r not in known and r not in entries]
+    unknown = [r for r in relics if r not in known and r not in entries and not is_memory_relic(r)]
     if unknown:
         names = ", ".join(repr(r) for r in unknown)
         raise ScopeError(

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
-from prefect import flow, get_client, task
+from prefect import flow, get_client, get_run_logger, task
 from prefect.runtime import flow_run
 
 from models import schedule
@@ -156,7 +156,21 @@ async def system_alert(
     await _tag_this_run(run_tags(team, payload.alert_type))
     run_id = flow_run.get_id()
     due_at = _due_at() if run_id else None
-    return await deliver_alert(team, member, payload, alert_id, run_id, due_at)
+    delivered = await deliver_alert(team, member, payload, alert_id, run_id, due_at)
+    if run_id is not None:
+        await _publish_team_view(team, f"{payload.alert_type.value.lower()} alert {alert_name!r}")
+    return delivered
+
+
+async def _publish_team_view(team: str, by: str) -> None:
+    """The team's artifact and members' table, after the alert is delivered (so they add
+    nothing to its lateness); a failure here is logged, never the alert's."""
+    from flows import team_view
+
+    try:
+        await team_view.publish(team, by=by)
+    except Exception as exc:
+        get_run_logger().warning("Team %s artifact not updated: %s", team, exc)
 
 
 def _due_at() -> datetime | None:

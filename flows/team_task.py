@@ -7,8 +7,9 @@ the member's runtime for one `002` Chimera response and executes its actions. `S
 actions run inline as Prefect tasks; `ASYNC` ones start a separate `tool-action` run at once
 (the step reports `TASK_STARTED` and the action's `task_id`) whose result arrives later as a
 `tool_result` notification. `internal` actions send messages, request plan approval (the
-`plan-approval` flow), create tasks, or finish. A member whose `planModeRequired` is true
-cannot run tools before its plan is approved.
+`plan-approval` flow), create tasks, read knowledge, `remember` and `recall` memories (the
+member's own and the team's shared ones: `flows/memory_actions.py`), or finish. A member
+whose `planModeRequired` is true cannot run tools before its plan is approved.
 
 Everything is kept: every step in the `messages` conversation table, the member's `004` task
 status (`tasks/{team}/{member}/task-status.json`), `output.log`, `artifacts/`, a
@@ -46,6 +47,7 @@ from prefect.states import Failed
 from prefect.utilities.annotations import quote
 
 from flows import dependencies
+from flows.memory_actions import RECALL, REMEMBER, memory_action
 from flows.runtimes import (
     ResultPending,
     StepError,
@@ -310,19 +312,48 @@ async def tool_action(
     finally:
         await tagging
     result = outcome["result"]
-    await anyio.to_thread.run_sync(
-        lambda: inbox.send(
-            team,
-            to=member,
-            sender="system",
-            text=json.dumps(result),
-            type="tool_result",
-            summary=f"{tool_id} finished ({result['status']})",
-            payload=result,
-            metadata={"task_id": task_id},
-        )
-    )
+    await anyio.to_thread.run_sync(_deliver_result, team, member, tool_id, task_id, result)
     return result
+
+
+def _deliver_result(
+    team: str, member: str, tool_id: str, task_id: str, result: dict[str, Any]
+) -> None:
+    """The `tool_result` notification of an ASYNC action, in the member's inbox."""
+    inbox.send(
+        team,
+        to=member,
+        sender="system",
+        text=json.dumps(result),
+        type="tool_result",
+        summary=f"{tool_id} finished ({result['status']})",
+        payload=result,
+        metadata={"task_id": task_id},
+    )
+
+
+async def _async_action(
+    team: str, member: str, tool_id: str, params: dict[str, Any], task_id: str, **kwargs: Any
+) -> dict[str, Any]:
+    """Runs `tool_action`; if its run dies before it delivered a result (the Prefect server
+    refused to create it, say), the member gets a FAILURE result saying why, instead of
+    waiting for one that will never come."""
+    try:
+        return await tool_action(team, member, tool_id, params, task_id, **kwargs)
+    except Exception as exc:
+        failure = ToolResult.failure(
+            tool_id, f"the ASYNC run of {tool_id} failed: {exc}"[:2000]
+        ).model_dump(mode="json")
+
+        def deliver_once() -> None:
+            sent = inbox.messages(team, member, sender="system")
+            if not any(
+                m.type == "tool_result" and (m.meta or {}).get("task_id") == task_id for m in sent
+            ):
+                _deliver_result(team, member, tool_id, task_id, failure)
+
+        await anyio.to_thread.run_sync(deliver_once)
+        raise
 
 
 # --- one member's work ----------------------------------------------------------------------
@@ -627,9 +658,9 @@ async def _execute(
             if action.mode.value == "ASYNC":
                 task_id = action.task_id or str(uuid.uuid4())
                 runner = asyncio.create_task(
-                    tool_action(
-                        team, name, action.action, dict(action.params), task_id, resources,
-                        team_task_id=info["id"],
+                    _async_action(
+                        team, name, action.action, dict(action.params), task_id,
+                        resources=resources, team_task_id=info["id"],
                     )
                 )  # fmt: skip
                 work.pending.add(runner)
@@ -648,6 +679,11 @@ async def _execute(
         if action.action == READ_KNOWLEDGE:
             params = dict(action.params)
             results.append(await anyio.to_thread.run_sync(read_knowledge, params, scope))
+            continue
+        if action.action in (REMEMBER, RECALL):
+            relics = list(scope.context.knowledge_relics) if scope is not None else None
+            run = partial(memory_action, team, name, action.action, dict(action.params), relics)
+            results.append(await anyio.to_thread.run_sync(run))
             continue
         stop = (
             await _internal(info, name, lead, action.action, dict(action.params), work, results)
@@ -804,13 +840,10 @@ def record_execution(info: dict[str, Any], work: Work, session: Any) -> None:
     session.add(ExperienceLogRow.from_wire(log))
 
 
-def close(info: dict[str, Any], works: list[Work], ok: bool) -> list[dict[str, Any]]:
+def close(info: dict[str, Any], works: list[Work], ok: bool) -> None:
     """In one transaction: each member's metrics and experience log, the task closed
     (completed, or archived when a member failed), and the lead told: an
-    `idle_notification` per member, and a message for each failure.
-
-    Returns the rows of the team's status table (member, active, unread), as of the close.
-    """
+    `idle_notification` per member, and a message for each failure."""
     from models.inbox import IdleNotification
 
     team = info["team"]
@@ -839,12 +872,7 @@ def close(info: dict[str, Any], works: list[Work], ok: bool) -> list[dict[str, A
                     {"to": lead, "sender": work.member, "text": text, "summary": "task failed"}
                 )
         inbox.send_many(team, messages, session=s)
-        status = presence.team_state(team, session=s)
     dependencies.start_ready(ready)
-    return [
-        {"member": m, "active": m in status["active_members"], "unread": n}
-        for m, n in status["unread"].items()
-    ]
 
 
 def report_markdown(info: dict[str, Any], works: list[Work], ok: bool) -> str:
@@ -870,7 +898,12 @@ def report_markdown(info: dict[str, Any], works: list[Work], ok: bool) -> str:
 
 async def finish(info: dict[str, Any], works: list[Work], ok: bool) -> None:
     """Closes the task (`close`) while the report's Markdown artifact is made; then the
-    table artifact of the team's status. Both show on the flow run in the Prefect UI."""
+    members' table and the team's artifact (`flows.team_view`), and the members' files.
+    All show on the flow run in the Prefect UI."""
+    from prefect.runtime import flow_run
+
+    from flows import team_view
+
     markdown = asyncio.ensure_future(
         acreate_markdown_artifact(
             report_markdown(info, works, ok),
@@ -879,10 +912,8 @@ async def finish(info: dict[str, Any], works: list[Work], ok: bool) -> None:
         )
     )
     try:
-        rows = await anyio.to_thread.run_sync(close, info, works, ok)
-        await acreate_table_artifact(
-            rows, key=f"team-{info['team']}", description=f"{info['team']} status"
-        )
+        await anyio.to_thread.run_sync(close, info, works, ok)
+        await team_view.publish(info["team"], by=f"team task run {flow_run.name!r}")
         await member_artifacts(info, [w.member for w in works])
     finally:
         await markdown
@@ -945,7 +976,9 @@ def _run_name() -> str:
         info = _task_info(task_id)
     except ValueError:
         return f"task {task_id[:8]}"
-    return f"{info['team']}: {info['title'][:60]} ({', '.join(info['assignees'])})"
+    from flows.runner import task_run_name
+
+    return task_run_name(info["team"], info["title"], info["assignees"])
 
 
 def run_tags(team: str, assignees: list[str]) -> list[str]:

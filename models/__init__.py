@@ -3,15 +3,18 @@
 Layered bottom-up; a module imports only modules of lower layers (`tests/test_layers.py`
 checks that no import, lazy ones included, closes a circle):
 
-1. `base`, `wire_support`, `db`, `team_settings`, `limits`, `durations`: import nothing of teamflow
+1. `base`, `wire_support`, `db`, `team_settings`, `limits`, `durations`, `embeddings` (text to
+   vectors): import nothing of teamflow
 2. `mirror` (the files beside the rows), `tool`, `knowledge`, `api`, `schedule` (fire times)
-3. `team` (teams and members, rows only), `agent`
-4. `task`
+3. `team` (teams and members, rows only), `agent`, `prompt_template` (versioned prompt
+   templates and filling them in)
+4. `task`, `memory` (what agents remember; full-text and vector search)
 5. `notification`, `dependencies` (tasks blocked by tasks)
 6. `inbox`
 7. `approval`, `shutdown`, `alert`, `status`
 8. `presence` (team state, heartbeats; tells the lead of status changes), `plan_timeout`
-   (the timeout policy of plan approvals, on teamflow's clock)
+   (the timeout policy of plan approvals, on teamflow's clock), `project` (projects, their
+   milestones and the tasks placed in them)
 9. `watchdog` (alarms once per condition: members offline, deadlines, dead runs)
 10. `tables` (every table on one metadata; a team's rows)
 11. `membership` (new teams and members, with their inboxes; deleting teams)

@@ -356,7 +356,9 @@ class TaskMetricsRow(SQLModel, table=True):
 
     __tablename__ = "task_metrics"
     __table_args__ = (
-        sa.Index("ix_task_metrics_team_member_started_at", "team", "member", "started_at"),
+        # models/metrics.py: each member's durations in order, so a percentile is found by
+        # stepping to its rank in the index instead of sorting the member's rows.
+        sa.Index("ix_task_metrics_durations", "team", "member", "duration_s", "started_at"),
         # models/metrics.py: a team's rows (per member, since a time) read from the index
         # alone: every column the metrics sum, so no row of the table is visited.
         sa.Index(
@@ -589,15 +591,15 @@ def record_metrics(row: TaskMetricsRow, *, session: Session | None = None) -> Ta
 
 def _write_task_status(team: str, member: str) -> None:
 
-    with Session(db.engine()) as s:
+    # Read under the lock: two writers that read first could write in the other order, and
+    # the file would keep the older row. Each commits before it writes, so the last to hold
+    # the lock reads the newest row.
+    folder = member_files(team, member)
+    with mirror.locked(folder / ".lock"), Session(db.engine()) as s:
         row = s.get(TaskStatusRow, (team, member))
         if row is None:
             return
-        folder = member_files(team, member)
-        with mirror.locked(folder / ".lock"):
-            mirror.write_atomic(
-                folder / "task-status.json", mirror.dump_json(row.to_wire().to_wire())
-            )
+        mirror.write_atomic(folder / "task-status.json", mirror.dump_json(row.to_wire().to_wire()))
 
 
 def _register() -> None:

@@ -356,6 +356,22 @@ def _meta_with_runtime(meta: dict[str, Any] | None, runtime: dict | None) -> dic
     return {**(meta or {}), RUNTIME_KEY: runtime}
 
 
+PROMPT_TEMPLATE_KEY = "promptTemplate"
+"""Where a member records the template its prompt was made from: `metadata.promptTemplate`
+(`{"templateId", "version", "vars"}`), so it travels in `config.json` with the prompt."""
+
+
+def _meta_with_prompt_template(
+    meta: dict[str, Any] | None, origin: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    rest = {k: v for k, v in (meta or {}).items() if k != PROMPT_TEMPLATE_KEY}
+    if origin is not None:
+        return {**rest, PROMPT_TEMPLATE_KEY: origin}
+    if meta is None or PROMPT_TEMPLATE_KEY not in meta:
+        return meta  # unchanged, an empty `metadata` included (it is written back)
+    return rest or None
+
+
 # --- the store -----------------------------------------------------------------------------
 
 
@@ -494,10 +510,13 @@ def update_member(
     prompt: str | None = None,
     plan_mode_required: bool | None = None,
     runtime: dict | None = None,
+    prompt_template: dict[str, Any] | None = None,
     session: Session | None = None,
 ) -> Member:
     """Changes a member's model, prompt, plan mode or runtime (None: unchanged).
 
+    A new prompt made from a template records where it came from, `prompt_template`, in
+    the member's `metadata.promptTemplate`; a new prompt given without one drops that record.
     The member is validated as a whole (the model against the team's allowed models) before
     anything is written; `TeamError` says what is wrong.
     """
@@ -516,6 +535,7 @@ def update_member(
             member.model = model
         if prompt is not None:
             member.prompt = prompt
+            member.meta = _meta_with_prompt_template(member.meta, prompt_template)
         if plan_mode_required is not None:
             member.plan_mode_required = plan_mode_required
         if runtime is not None:

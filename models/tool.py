@@ -93,14 +93,16 @@ class ToolDefinition(SnakeWireModel):
 
     def input_errors(self, params: Any) -> list[str]:
         """What is wrong with `params` for this tool's `input_schema` (empty if nothing)."""
-        return _schema_errors(self.input_schema, params)
+        return schema_errors(self.input_schema, params)
 
     def output_errors(self, result: Any) -> list[str]:
         """What is wrong with `result` for this tool's `output_schema` (empty if nothing)."""
-        return _schema_errors(self.output_schema, result)
+        return schema_errors(self.output_schema, result)
 
 
-def _schema_errors(schema: dict[str, Any], instance: Any) -> list[str]:
+def schema_errors(schema: dict[str, Any], instance: Any) -> list[str]:
+    """What is wrong with `instance` for the JSON Schema `schema`: one `path: message` each
+    (what a tool's params are checked with; also the internal actions' params)."""
     validator = validator_for(schema, default=Draft202012Validator)(schema)
     errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.absolute_path))
     return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors]

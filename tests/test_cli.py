@@ -49,6 +49,16 @@ def test_data_commands_do_not_import_prefect(args: list[str]) -> None:
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
 
 
+def test_help_imports_no_table() -> None:
+    code = "import sys\nfrom flows.cli import app\n"
+    code += "try:\n    app(['--help'])\nexcept SystemExit:\n    pass\n"
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] in ('sqlmodel', 'sqlalchemy')))"
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
+
+
 def test_validate_recognises_the_format_and_says_ok() -> None:
     result = teamflow("validate", str(FIXTURES / "004_config_members.json"))
     assert result.returncode == 0
@@ -171,3 +181,19 @@ def test_every_format_has_a_model() -> None:
 
     for fmt in FORMATS.values():
         assert fmt.adapter() is not None, fmt.name
+
+
+def test_a_database_never_upgraded_is_one_line_saying_what_to_run(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "TEAMFLOW_HOME": str(tmp_path / "home"),
+        "TEAMFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "team", "list"],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "teamflow: error: teamflow's database has no tables for this yet: run `teamflow db upgrade`"
+    )

@@ -283,6 +283,41 @@ BAD_INPUT: dict[str, tuple[tuple[str, ...], dict[str, str], tuple[str, ...]]] = 
 }
 
 
+def test_sync_and_send_over_bad_inbox_files_take_in_the_rest_and_say_what_was_refused(
+    env: dict[str, str], home: Path
+) -> None:
+    research_team()
+    path = home / "teams" / TEAM / "inboxes" / "analyst-1.json"
+    entry = {
+        "from": "coordinator",
+        "summary": "s",
+        "timestamp": "2026-02-16T10:40:00.000Z",
+        "color": "yellow",
+        "read": False,
+    }
+    big = "x" * (1024 * 1024 + 1)
+    path.write_text(json.dumps([*inbox_on_disk(home, "analyst-1"), {**entry, "text": big},
+                                {**entry, "text": "fine"}]))  # fmt: skip
+    result = teamflow(env, "sync", TEAM)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == "took in 1 new messages and 0 read flags\n"
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        f"teamflow: refused: {path}: entry 1: message of 1048577 bytes is over the limit"
+    )
+    assert [e["text"] for e in inbox_on_disk(home, "analyst-1")][1:] == ["fine"]
+
+    path.write_bytes(path.read_bytes()[:-20])  # truncated by a careless writer
+    send = ("msg", "send", TEAM, "--to", "analyst-1", "--from", "coordinator", "--text", "hi")
+    result = teamflow(env, *send)
+    assert result.returncode == 0, result.stderr
+    [line] = result.stderr.splitlines()  # reported once
+    assert str(path) in line and "not valid JSON" in line and "analyst-1.json.bad-" in line
+    assert teamflow(env, *send).stderr == ""  # the next send has nothing to say
+    texts = [e["text"] for e in inbox_on_disk(home, "analyst-1")]
+    assert texts[1:] == ["fine", "hi", "hi"]
+
+
 @pytest.mark.parametrize(("args", "more_env", "fragments"), BAD_INPUT.values(), ids=BAD_INPUT)
 def test_bad_input_is_one_line_and_writes_nothing(
     env: dict[str, str],

@@ -231,7 +231,7 @@ def test_without_a_context_block_there_is_no_scope(db_url: str) -> None:
 
 @pytest.fixture(scope="module")
 def prefect():
-    with prefect_test_harness():
+    with prefect_test_harness(server_startup_timeout=120):  # slow on a busy machine
         yield
 
 

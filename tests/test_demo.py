@@ -127,11 +127,50 @@ def test_the_team_went_through_approval_and_the_handshake(ran: dict) -> None:
     analysts = [m for m in config["members"] if m["name"].startswith("analyst")]
     assert all(not m["isActive"] and m["shutdownAt"] for m in analysts)
     assert all(m["metadata"]["shutdown_reason"] == "tasks_complete" for m in analysts)
-    assert [t.status for t in list_tasks("research-team")] == ["completed"]
+    assert [t.status for t in list_tasks("research-team")] == ["completed", "completed"]
     lead = [r.type for r in inbox.messages("research-team", "coordinator")]
-    assert lead.count("idle_notification") == 2
+    assert lead.count("idle_notification") == 3  # both analysts, then analyst-2 again (brief)
     assert "plan_approval_request" in lead
     assert [m.name for m in teams.list_members("research-team", active=True)] == ["coordinator"]
+
+
+def test_analyst_2_recalls_in_a_later_task_what_analyst_1_remembered(ran: dict) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from sqlmodel import select
+
+    from models.db import session_scope
+    from models.knowledge import MemoryRow
+
+    home = ran["home"]
+    with session_scope() as s:
+        [memory] = s.exec(select(MemoryRow)).all()
+    assert (memory.team, memory.agent_id, memory.scope) == (
+        "research-team", "analyst-1@research-team", "shared",
+    )  # fmt: skip
+    [(product, _), *_] = _top3(home / "demo" / "data" / "q4-sales.csv")
+    assert memory.content.startswith("Q4 top revenue trend: ") and product in memory.content
+    assert memory.access_count == 1  # analyst-2's recall read it
+
+    follow_up = ran["summary"]["follow_up"]
+    assert follow_up["status"] == "completed", follow_up
+    assert follow_up["members"]["analyst-2"]["response"] == memory.content
+    brief = home / "tasks" / "research-team" / "analyst-2" / "artifacts" / "brief.md"
+    assert memory.content in brief.read_text()
+    assert f"  analyst-2 recalled: {memory.content}" in ran["lines"]
+
+    env = {**os.environ, "TEAMFLOW_HOME": str(home),
+           "TEAMFLOW_DATABASE_URL": f"sqlite:///{home / 'teamflow.db'}"}  # fmt: skip
+    for member, action in (("analyst-1", "remember"), ("analyst-2", "recall")):
+        shown = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "log", "research-team", member, "--color", "never"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        assert f"🔧 {action} (" in shown.stdout and f"👤 User tool:{action}" in shown.stdout
+        assert memory.content in shown.stdout
 
 
 def _free_port() -> int:

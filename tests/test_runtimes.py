@@ -214,6 +214,24 @@ def test_a_playbook_can_be_a_file(tmp_path: Path) -> None:
         runtime_for({"kind": "scripted", "playbook": str(tmp_path / "missing.json")})
 
 
+def test_a_task_named_in_tasks_plays_its_own_playbook_and_others_the_default(
+    tmp_path: Path,
+) -> None:
+    config = {
+        "playbook": [chimera(status="SUCCESS", stop=True, response="default")],
+        "tasks": {"Q1 brief": [chimera(status="SUCCESS", stop=True, response="brief")]},
+    }
+    file = tmp_path / "analyst.json"
+    file.write_text(json.dumps(config))
+    for runtime in (runtime_for({"kind": "scripted", **config}),
+                    runtime_for({"kind": "scripted", "playbook": str(file)})):  # fmt: skip
+        brief = request(task={"id": "t-2", "title": "Q1 brief", "params": {}})
+        assert runtime.step(brief).response.response == "brief"
+        assert runtime.step(request()).response.response == "default"
+    with pytest.raises(ValueError, match="tasks maps task titles to playbooks"):
+        runtime_for({"kind": "scripted", "playbook": [], "tasks": {"Q1 brief": "x"}})
+
+
 def test_scripted_steps_that_cannot_be_played_say_why() -> None:
     one = {"kind": "scripted", "playbook": [chimera()]}
     req = request()
@@ -759,7 +777,7 @@ def test_a_key_written_into_the_config_is_refused() -> None:
 def prefect_api() -> Any:
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=60):
+    with prefect_test_harness(server_startup_timeout=120):
         yield
 
 

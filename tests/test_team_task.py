@@ -341,3 +341,91 @@ def test_the_task_commands_create_run_list_and_show_a_task(team: str) -> None:
         refused = _teamflow(*bad)
         assert refused.returncode != 0
         assert len(refused.stderr.strip().splitlines()) == 1 and named in refused.stderr
+
+
+def test_the_run_shows_each_members_numbers_and_the_team_at_a_glance(team: str) -> None:
+    """What the Prefect UI shows: a members' table on the run, and the team's artifact
+    under its own key (the latest version on the Artifacts page)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        ArtifactFilter,
+        ArtifactFilterFlowRunId,
+        ArtifactFilterKey,
+    )
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    from flows.team_view import COLUMNS
+
+    _member(
+        "analyst-1",
+        [_step([_tool("echo_json", {"n": 7})]), _step([], stop=True, response="7")],
+    )
+    _member("analyst-2", [_step([], stop=True, response="idle")])
+    waiting = create_task(TEAM, title="Later", assignees=["analyst-2"])
+    task = create_task(TEAM, title="Count", assignees=["analyst-1"])
+    assert _run(task.id)["status"] == "completed"
+
+    with get_client(sync_client=True) as client:
+        [glance] = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["team-research-team"])),
+            sort=ArtifactSort.CREATED_DESC,
+            limit=1,
+        )
+        on_run = client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[glance.flow_run_id])
+            )
+        )
+    [table] = [a for a in on_run if a.type == "table" and a.description.startswith(TEAM)]
+    rows = {row["member"]: row for row in json.loads(table.data)}
+    assert list(rows["analyst-1"]) == COLUMNS
+    one, two = rows["analyst-1"], rows["analyst-2"]
+    assert (one["tasks done"], one["steps"], one["tool calls"], one["plans"]) == (1, 2, 1, 0)
+    assert (two["tasks done"], two["steps"], two["tool calls"]) == (0, 0, 0)
+    assert one["status"] == "complete" and one["active"] is True
+    assert one["unread"] == len(inbox.messages(TEAM, "analyst-1", unread=True))
+    assert glance.description == f"Team {TEAM} at a glance"
+    assert glance.data.startswith(f"# Team {TEAM}\n\nLead **coordinator**.")
+    assert "**Tasks:** 1 pending, 0 in progress, 1 completed, 0 archived." in glance.data
+    assert "**Plans waiting for a decision:** none." in glance.data
+    assert "| analyst-1 | complete | yes |" in glance.data
+    assert get_task(waiting.id).status == "pending"
+
+
+def test_task_run_prints_the_name_the_ui_shows(team: str) -> None:
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    from flows.team_task import team_task
+
+    _member("analyst-1", [_step([], stop=True, response="done")])
+    team_task.to_deployment(name="team-task").apply()
+    task = create_task(TEAM, title="Summarise Q4", assignees=["analyst-1"])
+    started = _teamflow("task", "run", str(task.id), "--json")
+    assert started.returncode == 0, started.stderr
+    run_id = json.loads(started.stdout)["flow_run_id"]
+    printed = _teamflow("task", "run", str(task.id))  # the same run: idempotent
+    name = f"{TEAM}: Summarise Q4 (analyst-1)"
+    assert printed.stdout.startswith(f"started {name}: "), printed.stdout
+    assert printed.stdout.strip().endswith(f"/runs/flow-run/{run_id}")
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(UUID(run_id)).name == name
+
+
+def test_an_async_run_that_dies_before_its_result_tells_the_member_why(team: str) -> None:
+    """The `tool-action` run of an ASYNC action can die before it delivers (a server that
+    refuses to create it, a parameter it cannot take): the member then gets a FAILURE
+    `tool_result` naming the cause, not a wait for a result that never comes."""
+    from flows.team_task import _async_action
+
+    _member("analyst-1", [_step([], stop=True, response="done")])
+    with pytest.raises(Exception):  # noqa: B017 - whatever Prefect raises for the bad param
+        asyncio.run(
+            _async_action(team, "analyst-1", "echo_json", {"n": 1}, "t-1", team_task_id=object())
+        )
+    [result] = [m for m in inbox.messages(team, "analyst-1") if m.type == "tool_result"]
+    assert result.meta == {"task_id": "t-1"}
+    payload = json.loads(result.text)
+    assert payload["status"] == "FAILURE"
+    assert payload["error_message"].startswith("the ASYNC run of echo_json failed: ")

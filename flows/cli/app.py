@@ -16,14 +16,18 @@ from flows.cli import (
     alert,
     db,
     demo,
+    knowledge,
     member,
+    memory,
     metrics,
     msg,
     ops,
     plan,
+    project,
     status,
     task,
     team,
+    template,
     tool,
     validate,
 )
@@ -44,6 +48,10 @@ app.add_typer(tool.tool_app, name="tool")
 app.add_typer(plan.plan_app, name="plan")
 app.add_typer(task.task_app, name="task")
 app.add_typer(alert.alert_app, name="alert")
+app.add_typer(memory.memory_app, name="memory")
+app.add_typer(knowledge.knowledge_app, name="knowledge")
+app.add_typer(template.template_app, name="template")
+app.add_typer(project.project_app, name="project")
 
 app.command()(validate.validate)
 app.command("log")(status.log)
@@ -80,4 +88,21 @@ def main() -> None:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         error(message, kind=type(exc).__name__)
         sys.exit(1)
+    except Exception as exc:
+        if not _missing_table(exc):
+            raise
+        error(
+            "teamflow's database has no tables for this yet: run `teamflow db upgrade`",
+            kind="DatabaseNotUpgraded",
+        )
+        sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _missing_table(exc: Exception) -> bool:
+    """Whether `exc` is the database saying a table is missing (SQLite's `no such table`,
+    PostgreSQL's undefined table): a database that `teamflow db upgrade` has not set up."""
+    if not type(exc).__module__.startswith("sqlalchemy"):
+        return False
+    text = str(exc)
+    return "no such table" in text or "UndefinedTable" in text

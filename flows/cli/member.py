@@ -181,6 +181,20 @@ def member_set(
     prompt: Annotated[
         str | None, typer.Option("--prompt", help="The member's system prompt.")
     ] = None,
+    template: Annotated[
+        str | None,
+        typer.Option(
+            "--template", metavar="ID", help="The prompt is this template, filled in with --var."
+        ),
+    ] = None,
+    template_version: Annotated[
+        int | None,
+        typer.Option("--version", metavar="N", help="--template: this version (default: latest)."),
+    ] = None,
+    template_vars: Annotated[
+        list[str] | None,
+        typer.Option("--var", metavar="NAME=VALUE", help="--template: a variable (repeat)."),
+    ] = None,
     plan_mode: Annotated[
         bool | None,
         typer.Option(
@@ -210,7 +224,9 @@ def member_set(
 
     Only what is given changes. `--runtime` of another kind starts that kind's settings
     afresh; without it the options change the member's current runtime. `--env` replaces
-    the whole environment given before.
+    the whole environment given before. `--template ID --var NAME=VALUE ...` makes the
+    prompt from a template (`teamflow template add`) and records which, with its values, in
+    the member's metadata.promptTemplate; a later `--prompt` drops that record.
     """
     from models import team as teams
 
@@ -218,6 +234,17 @@ def member_set(
     row = next((m for m in current if m.name == name), None)
     if row is None:
         fail(f"team {team_name!r} has no member named {name!r}")
+    origin = None
+    if template is not None:
+        if prompt is not None:
+            fail("give --prompt or --template, not both")
+        from flows.cli.template import parse_vars
+        from models.prompt_template import render
+
+        rendered = render(template, parse_vars(template_vars), version=template_version)
+        prompt, origin = rendered.text, rendered.origin()
+    elif template_vars or template_version is not None:
+        fail("--var and --version go with --template")
     config = _runtime(
         row.runtime, kind=runtime, command=command, timeout=timeout, env=env, cwd=cwd,
         base_url=base_url, llm_model=llm_model, api_key_env=api_key_env,
@@ -225,7 +252,7 @@ def member_set(
     )  # fmt: skip
     changed = teams.update_member(
         team_name, name, model=model, prompt=prompt, plan_mode_required=plan_mode,
-        runtime=config if config != (row.runtime or {}) else None,
+        runtime=config if config != (row.runtime or {}) else None, prompt_template=origin,
     )  # fmt: skip
     if as_json:
         emit(_show_json(changed))
@@ -235,6 +262,7 @@ def member_set(
 
 def _show_json(m) -> dict:
     from flows.runtimes.kinds import runtime_problem
+    from models.team import PROMPT_TEMPLATE_KEY
 
     problem = runtime_problem(m.runtime)
     return {
@@ -243,6 +271,7 @@ def _show_json(m) -> dict:
         "name": m.name,
         "model": m.model,
         "prompt": m.prompt,
+        "promptTemplate": (m.meta or {}).get(PROMPT_TEMPLATE_KEY),
         "color": m.color,
         "isActive": m.is_active,
         "planModeRequired": bool(m.plan_mode_required),
@@ -251,6 +280,13 @@ def _show_json(m) -> dict:
         "canRun": problem is None,
         "problem": problem,
     }
+
+
+def _template_line(origin: dict | None) -> list[tuple[str, str]]:
+    if not origin:
+        return []
+    values = ", ".join(f"{k}={v}" for k, v in (origin.get("vars") or {}).items())
+    return [("template", f"{origin.get('templateId')} v{origin.get('version')} ({values})")]
 
 
 @member_app.command("show")
@@ -277,6 +313,7 @@ def member_show(
         ("member", f"{data['agentId']} ({state})"),
         ("model", data["model"]),
         ("prompt", data["prompt"]),
+        *_template_line(data["promptTemplate"]),
         ("plan_mode", "required" if data["planModeRequired"] else "no"),
         ("tools", tools),
         *describe(data["runtime"]),

@@ -77,11 +77,20 @@ def task_create(
             "itself when the last one completes, and fails if one fails.",
         ),
     ] = None,
+    project: Annotated[
+        str | None,
+        typer.Option("--project", metavar="ID", help="The project the task belongs to."),
+    ] = None,
+    milestone: Annotated[
+        str | None,
+        typer.Option("--milestone", metavar="M", help="The project's milestone it belongs to."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Creates a pending team task; `task run ID` starts it (a blocked one starts by itself).
 
-    Without `--assignee`, the task goes to an idle active member when it starts.
+    Without `--assignee`, the task goes to an idle active member when it starts. With
+    `--project` (and `--milestone`), `teamflow project show` lists it under the milestone.
     """
     from models.base import parse_timestamp
     from models.db import session_scope
@@ -108,8 +117,10 @@ def task_create(
             fail(str(exc))
         if not isinstance(extra, dict):
             fail("--params must be a JSON object")
+    if milestone is not None and project is None:
+        fail("--milestone needs --project: the project the milestone is in")
     _refuse_unrunnable(team_name, assignees or [])
-    # One transaction: a refused blocker leaves nothing written.
+    # One transaction: a refused blocker, project or milestone leaves nothing written.
     with session_scope() as s:
         row = create_task(
             team_name, title=title, description=description, assignees=assignees or [],
@@ -117,6 +128,11 @@ def task_create(
         )  # fmt: skip
         add_blockers(s, row, blocked_by or [])
         data = _task_json(row, [str(b) for b in blocked_by or []])
+        if project is not None:
+            from models.project import place_task
+
+            place_task(row, project, milestone, session=s)
+            data.update(project_id=project, milestone_id=milestone)
     if as_json:
         emit(data)
     else:

@@ -31,6 +31,12 @@ playbook goes on where it was once a plan is approved. Its placeholders see the 
 
 Without `on_denial`, step N plays entry N whatever was decided.
 
+A member that works on several tasks can have a playbook per task: `tasks` maps a task's
+title to the playbook played for it (each task is a conversation of its own, so it starts
+at its entry 1); a task whose title is not there plays `playbook`:
+
+    {"kind": "scripted", "playbook": [...], "tasks": {"Q1 planning brief": [...]}}
+
 Paths go into objects by key and into lists by position (`top_trends.0.product`). In an
 action's `params`, a string that is only one placeholder takes the value as it is (a list
 stays a list, a number a number); everywhere else a value is written as text: a list of
@@ -70,6 +76,8 @@ class ScriptedRuntime:
     playbook: tuple[dict[str, Any], ...]
     source: str = "inline playbook"
     on_denial: dict[str, Any] | None = None
+    tasks: tuple[tuple[str, tuple[dict[str, Any], ...]], ...] = ()
+    """Per task title, the playbook played for that task instead of `playbook`."""
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> ScriptedRuntime:
@@ -80,24 +88,43 @@ class ScriptedRuntime:
         """
         playbook = config.get("playbook", [])
         on_denial = config.get("on_denial")
+        tasks = config.get("tasks")
         source = "inline playbook"
         if isinstance(playbook, str):
             source = f"playbook {playbook}"
             data = _read_playbook(Path(playbook).expanduser())
             playbook = data.get("playbook") if isinstance(data, dict) else data
-            if on_denial is None and isinstance(data, dict):
-                on_denial = data.get("on_denial")
-        if not isinstance(playbook, list) or not all(isinstance(s, dict) for s in playbook):
+            if isinstance(data, dict):
+                on_denial = data.get("on_denial") if on_denial is None else on_denial
+                tasks = data.get("tasks") if tasks is None else tasks
+        if not _is_playbook(playbook):
             raise ValueError(f"{source}: a playbook is a list of Chimera response objects")
         if on_denial is not None and not isinstance(on_denial, dict):
             raise ValueError(f"{source}: on_denial is one Chimera response object")
-        return cls(playbook=tuple(playbook), source=source, on_denial=on_denial)
+        tasks = tasks or {}
+        if not isinstance(tasks, dict) or not all(_is_playbook(p) for p in tasks.values()):
+            raise ValueError(f"{source}: tasks maps task titles to playbooks (lists of objects)")
+        return cls(
+            playbook=tuple(playbook),
+            source=source,
+            on_denial=on_denial,
+            tasks=tuple((str(title), tuple(p)) for title, p in tasks.items()),
+        )
+
+    def _playbook_for(self, request: StepRequest) -> tuple[str, tuple[dict[str, Any], ...]]:
+        """The playbook for the request's task (by title), and how to name it in errors."""
+        title = (request.task or {}).get("title")
+        for name, playbook in self.tasks:
+            if name == title:
+                return f"{self.source} for task {title!r}", playbook
+        return self.source, self.playbook
 
     def step(self, request: StepRequest) -> StepResult:
         """The next playbook entry, filled in; `StepError` when there is none or it does not
         fill into a valid Chimera response, `ResultPending` when a tool result it uses has
         not arrived yet."""
-        if not self.playbook:
+        source, playbook = self._playbook_for(request)
+        if not playbook:
             raise StepError(
                 f"member {request.agent_id} has no playbook: set its runtime with "
                 f"teamflow member set {request.team} {request.member} --runtime ... "
@@ -111,16 +138,20 @@ class ScriptedRuntime:
                 filled = _fill_step(self.on_denial, _Values(request, where, denial))
                 return StepResult(response=parse_chimera(filled, source=where), tokens=0)
             number -= revised  # revisions are played besides the playbook's entries
-        if number >= len(self.playbook):
+        if number >= len(playbook):
             raise StepError(
-                f"{self.source} has {len(self.playbook)} steps and all were played; "
+                f"{source} has {len(playbook)} steps and all were played; "
                 f"member {request.agent_id} was asked for step {number + 1}"
             )
-        where = f"{self.source} step {number + 1}"
+        where = f"{source} step {number + 1}"
         values = _Values(request, where)
-        filled = _fill_step(self.playbook[number], values)
+        filled = _fill_step(playbook[number], values)
         # Scripted steps ask no model, so they cost no tokens.
         return StepResult(response=parse_chimera(filled, source=where), tokens=0)
+
+
+def _is_playbook(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(step, dict) for step in value)
 
 
 def _read_playbook(path: Path) -> Any:

@@ -8,6 +8,15 @@ from models.tables import metadata
 
 config = context.config
 
+# Full-text search objects made by raw SQL in migration 0009, not described by the models:
+# SQLite's FTS5 table `memories_fts` (and the shadow tables FTS5 makes for it), PostgreSQL's
+# generated `memories.content_tsv` column and its GIN index. Autogenerate leaves them alone.
+SEARCH_OBJECTS = ("memories_fts", "content_tsv", "ix_memories_content_tsv")
+
+
+def include_object(obj, name, type_, reflected, compare_to) -> bool:
+    return not (reflected and name and name.startswith(SEARCH_OBJECTS))
+
 
 def run_migrations(connection) -> None:
     context.configure(
@@ -15,6 +24,7 @@ def run_migrations(connection) -> None:
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_object=include_object,
     )
     with context.begin_transaction():
         context.run_migrations()
