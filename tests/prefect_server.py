@@ -199,6 +199,30 @@ def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
         )  # fmt: skip
 
 
+def teamflow(
+    args: list[str], env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess:
+    """A teamflow command run to its end, as a user runs it; `env` default: this process's."""
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args],
+        env=os.environ.copy() if env is None else env, cwd=ROOT, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def wait_for_up(process: subprocess.Popen, log: Path, timeout: float = 240) -> str:
+    """Waits until `teamflow up` (started with `start`) says it is up; returns its output."""
+
+    def ready() -> str | None:
+        text = log.read_text() if log.exists() else ""
+        if "teamflow is up" in text:
+            return text
+        assert process.poll() is None, f"teamflow up exited {process.returncode}:\n{text}"
+        return None
+
+    return wait_until(ready, timeout, "teamflow up")
+
+
 def started_pids(output: str) -> list[int]:
     """The pids `teamflow up` says it started."""
     return [int(pid) for pid in re.findall(r"started, pid (\d+)", output)]

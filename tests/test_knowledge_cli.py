@@ -4,31 +4,21 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from prefect_server import teamflow as run_teamflow
 from sqlmodel import Session, select
 
 from models import db
 from models.knowledge import KnowledgeEntry, KnowledgeEntryRow
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def teamflow(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        cwd=ROOT,
-        timeout=120,
-    )
+    return run_teamflow(list(args))
 
 
 @pytest.fixture

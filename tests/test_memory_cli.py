@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from factories import TEAM, research_team
+from prefect_server import teamflow as run_teamflow
 from sqlmodel import Session, select
 
 from models import db
@@ -23,14 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def teamflow(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        cwd=ROOT,
-        timeout=120,
-    )
+    return run_teamflow(list(args))
 
 
 @pytest.fixture

@@ -35,6 +35,8 @@ from prefect_server import (
     start,
     started_pids,
     stop,
+    teamflow,
+    wait_for_up,
     wait_until,
 )
 
@@ -54,24 +56,6 @@ if not (marks / "fast").exists():
 print(json.dumps({"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True,
                   "response": "done"}))
 """
-
-
-def teamflow(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
-
-
-def wait_for_up(process: subprocess.Popen, log: Path, timeout: float = 240) -> str:
-    def ready() -> str | None:
-        text = log.read_text() if log.exists() else ""
-        if "teamflow is up" in text:
-            return text
-        assert process.poll() is None, f"teamflow up exited {process.returncode}:\n{text}"
-        return None
-
-    return wait_until(ready, timeout, "teamflow up")
 
 
 def agent_pids(marks: Path) -> list[int]:

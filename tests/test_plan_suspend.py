@@ -32,18 +32,12 @@ from prefect_server import (
     start,
     started_pids,
     stop,
+    teamflow,
     wait_until,
 )
 
 from models import approval, db, inbox, team_settings
 from models.team import list_teams
-
-
-def teamflow(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")

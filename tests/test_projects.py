@@ -5,15 +5,14 @@ live status; refusals are one line, exit 1, and write neither a project nor a ta
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from factories import TEAM, research_team
+from prefect_server import teamflow as run_teamflow
 from sqlmodel import Session, select
 
 from models import db
@@ -21,18 +20,9 @@ from models.knowledge import ContextRow, ProjectDefinition, ProjectRow
 from models.project import slug
 from models.task import TaskRow, TaskState, move_task
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def teamflow(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        cwd=ROOT,
-        timeout=120,
-    )
+    return run_teamflow(list(args))
 
 
 @pytest.fixture

@@ -5,14 +5,13 @@ member's prompt comes from a template; refusals are one line, exit 1, nothing wr
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 from factories import TEAM, research_team
+from prefect_server import teamflow as run_teamflow
 from sqlmodel import Session, select
 
 from models import db
@@ -20,19 +19,11 @@ from models.knowledge import PromptTemplate, PromptTemplateRow
 from models.prompt_template import add_template, get_template, variables_of
 from models.team import Member
 
-ROOT = Path(__file__).resolve().parent.parent
 ANALYST = "You analyse {{ region }} sales for {{quarter}}. Start with {{region}}."
 
 
 def teamflow(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        cwd=ROOT,
-        timeout=120,
-    )
+    return run_teamflow(list(args))
 
 
 @pytest.fixture

@@ -11,8 +11,6 @@ import http.server
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +22,6 @@ from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 from prefect_server import (
-    ROOT,
     base_env,
     free_port,
     healthy,
@@ -33,6 +30,8 @@ from prefect_server import (
     start,
     started_pids,
     stop,
+    teamflow,
+    wait_for_up,
     wait_until,
 )
 from teamflow_workers import postgres_databases
@@ -45,26 +44,6 @@ from models.task import get_task
 
 AUTH = "teamflow:s3cret"
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
-
-
-def teamflow(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
-
-
-def wait_for_up(process: subprocess.Popen, log: Path, timeout: float = 240) -> str:
-    """Waits until `teamflow up` says it is up; returns its output so far."""
-
-    def ready() -> str | None:
-        text = log.read_text() if log.exists() else ""
-        if "teamflow is up" in text:
-            return text
-        assert process.poll() is None, f"teamflow up exited {process.returncode}:\n{text}"
-        return None
-
-    return wait_until(ready, timeout, "teamflow up")
 
 
 def alert(n: int) -> dict[str, str]:
