@@ -63,9 +63,16 @@ def prefect_schedule(spec: dict[str, Any]) -> Any:
 
 
 def create_timer(
-    team: str, name: str, message: str, *, due: datetime, member: str | None = None
+    team: str,
+    name: str,
+    message: str,
+    *,
+    due: datetime,
+    member: str | None = None,
+    require_worker: bool = True,
 ) -> tuple[Alert, runner.StartedRun]:
-    """Records a TIMER and creates its `system-alert` run, scheduled for `due`."""
+    """Records a TIMER and creates its `system-alert` run, scheduled for `due`; teamflow's
+    clock in a worker delivers it at `due` if the run has not by then."""
     alert = store.create_alert(team, AlertType.TIMER, name, message, recipient=member, fire_at=due)
     try:
         run = runner.start(
@@ -75,6 +82,7 @@ def create_timer(
             tags=run_tags(team, AlertType.TIMER),
             scheduled_time=due,
             flow_run_name=f"timer-{name}@{team}",
+            require_worker=require_worker,
         )
     except BaseException:
         store.delete_alert(alert.id)
@@ -198,4 +206,8 @@ def cancel(alert_id: int) -> Alert:
                     )
         except PrefectHTTPStatusError as exc:
             raise _http(exc) from None
-    return store.set_status(alert_id, AlertStatus.CANCELLED)
+    # A timer that went off meanwhile (teamflow's clock does not wait for Prefect) is done,
+    # not cancelled: say so.
+    return store.set_status(
+        alert_id, AlertStatus.CANCELLED, only_from=(AlertStatus.ACTIVE, AlertStatus.PAUSED)
+    )

@@ -1,4 +1,4 @@
-"""teamflow's clock for plan decisions: every timeout policy acts at its deadline.
+"""teamflow's clock: every timeout policy acts at its deadline, every timer goes off on time.
 
 A `plan-approval` run waiting in process acts on its own deadline. A suspended run holds no
 process, and a run whose process died holds none either, so every `teamflow worker` keeps
@@ -8,6 +8,9 @@ is due (`models.plan_timeout.expire_due`; a conditional update, so several worke
 one request twice), and resumes the suspended runs of the requests it decided, so that they
 finish. Prefect's own pause expiry would only fail such runs, and only every 5 s, 200 paused
 runs per pass (`benchmarks/approval.py --deadlines` compares them).
+
+The same clock delivers TIMER alerts at their due time (`flows.system_alert.fire_due_timers`),
+so a timer is on time even while Prefect's server is slow to start the timer's run.
 
 Every `reconcile_s` it also resumes suspended runs whose request was decided while Prefect
 could not be reached (`teamflow plan approve` during a server restart records the decision
@@ -25,7 +28,7 @@ from uuid import UUID
 
 import anyio
 
-from models import plan_timeout
+from models import alert, plan_timeout
 from models.base import utcnow
 
 POLL_S = 1.0
@@ -90,7 +93,13 @@ async def _reconcile() -> None:
 
 
 async def tick() -> list[str]:
-    """Applies the policy of every due request; returns the ids of those acted on."""
+    """Delivers the due timers, applies the policy of every due request; returns the ids of
+    the requests acted on."""
+    from flows.system_alert import fire_due_timers
+
+    fired = await anyio.to_thread.run_sync(lambda: fire_due_timers())
+    if fired:
+        logger.info("teamflow clock: %d timer(s) went off: %s", len(fired), fired)
     acted = await anyio.to_thread.run_sync(lambda: plan_timeout.expire_due())
     if acted:
         logger.info("teamflow clock: timeout policy applied to %d plan(s)", len(acted))
@@ -98,7 +107,11 @@ async def tick() -> list[str]:
 
 
 async def _until_next(poll_s: float) -> float:
-    due = await anyio.to_thread.run_sync(lambda: plan_timeout.next_due())
+    def next_due() -> Any:
+        dues = [d for d in (plan_timeout.next_due(), alert.next_timer_due()) if d is not None]
+        return min(dues, default=None)
+
+    due = await anyio.to_thread.run_sync(next_due)
     if due is None:
         return poll_s
     return min(max((due - utcnow()).total_seconds(), 0.0), poll_s)

@@ -9,11 +9,20 @@ Every run records its firing (`models.alert.record_firing`: recipients, due and 
 times, this run's id, the delivered message ids) in the transaction that delivers it.
 Late runs follow `models.schedule`: a late TIMER fires once and says how late; a
 SCHEDULED_EVENT run more than `MISSED_GRACE` late is recorded as missed and delivers nothing.
+
+A TIMER does not wait for Prefect: teamflow's clock in every worker (`flows.deadlines`)
+delivers it at its due time (`fire_due_timers`), even while Prefect's server is slow to
+start the run (on SQLite it can stall for a minute under load). The timer's run still runs
+and completes, and says the clock delivered it; it delivers it itself only if no clock
+did. One conditional update (`models.alert.claim_timer`) decides which of them delivers, in
+the delivering transaction, so a timer goes off exactly once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +30,7 @@ import sqlalchemy as sa
 from prefect import flow, get_client, get_run_logger, task
 from prefect.runtime import flow_run
 
+from models import alert as store
 from models import schedule
 from models.alert import record_firing
 from models.base import utcnow
@@ -50,6 +60,9 @@ def _deliver(
     # nothing is written and a retry delivers it once.
     fired_at = utcnow()
     with session_scope() as session:
+        timer = payload.alert_type == AlertType.TIMER and alert_id is not None
+        if timer and not store.claim_timer(alert_id, session=session):
+            return _gone_off(alert_id, session)
         if member is None:
             recipients = [m.name for m in list_members(team, active=True, session=session)]
         else:
@@ -87,6 +100,53 @@ def _deliver(
             message_ids=ids, **firing,
         )  # fmt: skip
         return ids
+
+
+def _gone_off(alert_id: int, session: Any) -> list[str]:
+    """The message ids of a timer that went off already (none if it was cancelled)."""
+    firing = store.last_firing(alert_id, session=session)
+    status = store.get_alert(alert_id, session=session).status
+    _say(
+        f"timer {alert_id} went off at {firing.fired_at:%H:%M:%S.%f} UTC (teamflow's clock); "
+        "nothing more to deliver"
+        if firing is not None
+        else f"timer {alert_id} is {status}: nothing to deliver"
+    )
+    return list(firing.message_ids) if firing is not None else []
+
+
+def _say(line: str) -> None:
+    try:
+        get_run_logger().info(line)
+    except Exception:  # not in a run: teamflow's clock
+        logger.info(line)
+
+
+logger = logging.getLogger("teamflow.alerts")
+RETRY_FAILED_S = 60.0
+"""How long teamflow's clock leaves a timer it could not deliver (its team was deleted, the
+database refused) before it tries again; the timer's own run tries meanwhile."""
+_failed: dict[int, float] = {}
+
+
+def fire_due_timers(*, now: datetime | None = None) -> list[int]:
+    """teamflow's clock: delivers every due TIMER that has not gone off; returns their ids."""
+    fired = []
+    for alert in store.due_timers(now=now):
+        if time.monotonic() - _failed.get(alert.id, -RETRY_FAILED_S) < RETRY_FAILED_S:
+            continue
+        payload = SystemAlertPayload(
+            alert_type=AlertType.TIMER, alert_name=alert.name, message=alert.message
+        )
+        try:
+            if _deliver(
+                alert.team, alert.recipient, payload, alert.id, alert.flow_run_id, alert.fire_at
+            ):
+                fired.append(alert.id)
+        except Exception as exc:
+            _failed[alert.id] = time.monotonic()
+            logger.warning("teamflow clock: timer %s (%s): %s", alert.id, alert.name, exc)
+    return fired
 
 
 def _database_hiccup(_task: Any, _task_run: Any, state: Any) -> bool:

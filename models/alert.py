@@ -33,12 +33,15 @@ __all__ = [
     "AlertStatus",
     "AlertType",
     "check_alert",
+    "claim_timer",
     "create_alert",
     "delete_alert",
+    "due_timers",
     "firings",
     "get_alert",
     "last_firing",
     "list_alerts",
+    "next_timer_due",
     "record_firing",
     "set_prefect_ids",
     "set_status",
@@ -251,19 +254,72 @@ def set_prefect_ids(
         return alert
 
 
-def set_status(alert_id: int, status: str, *, session: Session | None = None) -> Alert:
-    """Pauses, resumes (`active`), cancels or ends (`done`) an alert; records when."""
+def set_status(
+    alert_id: int,
+    status: str,
+    *,
+    only_from: tuple[str, ...] | None = None,
+    session: Session | None = None,
+) -> Alert:
+    """Pauses, resumes (`active`), cancels or ends (`done`) an alert; records when.
+
+    `only_from`: the statuses it may change from; another (a timer that went off meanwhile)
+    is refused, and nothing changes."""
     known = {AlertStatus.ACTIVE, AlertStatus.PAUSED, AlertStatus.CANCELLED, AlertStatus.DONE}
     if status not in known:
         raise AlertError(f"unknown alert status {status!r}")
     with session_scope(session) as s:
         alert = get_alert(alert_id, session=s)
+        s.refresh(alert, with_for_update=True)  # a row lock on PostgreSQL (the clock's race)
+        if only_from is not None and alert.status not in only_from:
+            raise AlertError(f"alert {alert_id} ({alert.name}) is {alert.status}")
         alert.status = status
         alert.active = status == AlertStatus.ACTIVE
         alert.status_changed_at = utcnow()
         s.add(alert)
         s.flush()
         return alert
+
+
+def _armed_timers() -> Any:
+    # A timer whose Prefect run exists (its creation finished) and that has not gone off.
+    return select(Alert).where(
+        Alert.alert_type == AlertType.TIMER.value,
+        Alert.status == AlertStatus.ACTIVE,
+        Alert.flow_run_id.is_not(None),  # type: ignore[union-attr]
+    )
+
+
+def due_timers(*, now: datetime | None = None, session: Session | None = None) -> list[Alert]:
+    """The timers due at `now` (default: now) that have not gone off, earliest first."""
+    with session_scope(session) as s:
+        query = _armed_timers().where(Alert.fire_at <= (now or utcnow()))
+        return list(s.exec(query.order_by(Alert.fire_at, Alert.id)).all())
+
+
+def next_timer_due(*, session: Session | None = None) -> datetime | None:
+    """When the next timer that has not gone off is due; None when there is none."""
+    with session_scope(session) as s:
+        first = s.exec(_armed_timers().order_by(Alert.fire_at).limit(1)).first()
+        return first.fire_at if first is not None else None
+
+
+def claim_timer(alert_id: int, *, session: Session) -> bool:
+    """Marks an active TIMER done, in the caller's transaction, if nobody did yet.
+
+    One conditional update: of teamflow's clocks (one per worker) and the timer's own run,
+    exactly one gets True and delivers; the others see it fired (or was cancelled).
+    """
+    done = session.execute(
+        sa.update(Alert)
+        .where(
+            Alert.id == alert_id,  # type: ignore[arg-type]
+            Alert.alert_type == AlertType.TIMER.value,  # type: ignore[arg-type]
+            Alert.status == AlertStatus.ACTIVE,  # type: ignore[arg-type]
+        )
+        .values(status=AlertStatus.DONE, active=False, status_changed_at=utcnow())
+    )
+    return done.rowcount == 1
 
 
 def delete_alert(alert_id: int, *, session: Session | None = None) -> None:

@@ -14,11 +14,13 @@ from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.states import Scheduled
-from prefect_server import prefect_server, wait_until
+from prefect_server import prefect_server, restart, stop, wait_until
 from teamflow_workers import ended_runs, register_deployments, teamflow_workers
 
+from flows.alerts import create_timer
 from flows.system_alert import DEPLOYMENT
 from models import inbox
+from models.alert import last_firing
 
 MEMBERS = ("coordinator", "analyst-1", "analyst-2")
 
@@ -74,3 +76,43 @@ def test_timers_fire_at_their_time_not_before_and_reach_the_inboxes(
         assert {m.payload["alert_name"] for m in alerts} == expected
         assert len(alerts) == len(expected)
         assert all(m.sender == "system" and m.payload["alert_type"] == "TIMER" for m in alerts)
+
+
+def test_a_timer_goes_off_while_the_prefect_server_is_away_and_its_run_follows(
+    tmp_path: Path, db_url: str, home: Path
+) -> None:
+    """teamflow's clock in the worker delivers a timer at its time without Prefect; the
+    timer's run, started once the server is back, completes and delivers nothing more."""
+    research_team()
+    shared = {"TEAMFLOW_DATABASE_URL": db_url, "TEAMFLOW_HOME": str(home)}
+    with prefect_server(tmp_path) as server:
+        register_deployments(server, tmp_path / "deploy.log")
+        with (
+            teamflow_workers(server, tmp_path, 1, env=shared),
+            temporary_settings(updates={PREFECT_API_URL: server.api}),
+        ):
+            due = datetime.now(UTC) + timedelta(seconds=10)
+            alert, run = create_timer(TEAM, "standup", "Standup now", due=due, member="analyst-1")
+            stop(server.process)  # nobody can start the timer's run now
+            try:
+                [message] = wait_until(
+                    lambda: alerts_of("analyst-1"), 120, "the timer's alert without Prefect"
+                )
+                assert server.process.poll() is not None  # delivered while the server was away
+            finally:
+                restart(server)
+            with get_client(sync_client=True) as client:
+                [ended] = wait_until(
+                    lambda: ended_runs(client, [run.id]), 180, "the timer's run", 0.5
+                )
+    assert ended.state.is_completed(), ended.state
+    firing = last_firing(alert.id)
+    assert firing.fired_at >= due  # never early
+    assert (firing.flow_run_id, firing.message_ids) == (str(run.id), [message.message_id])
+    # The run delivered nothing more; the timer was for analyst-1 only.
+    assert [m.message_id for m in alerts_of("analyst-1")] == [message.message_id]
+    assert alerts_of("analyst-2") == []
+
+
+def alerts_of(member: str) -> list[inbox.InboxRow]:
+    return [m for m in inbox.messages(TEAM, member) if m.type == "system_alert"]
