@@ -80,9 +80,11 @@ async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCI
                     _api_back.clear()
                     last_reconcile = anyio.current_time()
                     group.start_soon(_reconcile)
+                wait = await _until_next(poll_s)
             except Exception as exc:  # the database is away: try again next round
                 logger.warning("teamflow clock: %s", exc)
-            await anyio.sleep(await _until_next(poll_s))
+                wait = poll_s
+            await anyio.sleep(wait)
 
 
 async def _reconcile() -> None:

@@ -7,6 +7,7 @@ alert reaches the inbox once whoever comes first. Time is frozen (freezegun).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -15,9 +16,10 @@ import pytest
 from factories import TEAM, research_team
 from freezegun import freeze_time
 
+from flows import deadlines
 from flows.system_alert import _deliver, fire_due_timers
 from models import alert as store
-from models import db, inbox
+from models import approval, db, inbox
 from models.alert import AlertError, AlertStatus
 from models.notification import SystemAlertPayload
 from models.team import get_member
@@ -128,3 +130,18 @@ def test_a_timer_the_clock_cannot_deliver_is_left_to_its_run_and_the_others_go_o
     assert "analyst-2" in warning.getMessage()
     assert store.get_alert(broken).status == AlertStatus.ACTIVE  # its run still tries
     assert [m.payload["alert_name"] for m in alerts_of("analyst-1")] == ["fine"]
+
+
+def test_the_clock_sleeps_until_the_next_timer_or_plan_deadline(db_url: str, home: Path) -> None:
+    research_team()
+    with freeze_time(DUE - timedelta(minutes=10)):
+        approval.request_plan(TEAM, "analyst-1", "## Plan\n1. Go", "plan", timeout=300)
+        timer(due=DUE - timedelta(seconds=30))
+        # The timer, due in 9.5 min, comes after the plan's deadline (5 min); both are past
+        # the longest sleep.
+        assert asyncio.run(deadlines._until_next(poll_s=400)) == 300
+        assert asyncio.run(deadlines._until_next(poll_s=1)) == 1
+    with freeze_time(DUE - timedelta(seconds=32)):  # the plan was decided meanwhile: the timer
+        [plan] = approval.list_requests(TEAM)
+        approval.decide(plan.request_id, approve=True, decider="coordinator")
+        assert asyncio.run(deadlines._until_next(poll_s=60)) == 2
