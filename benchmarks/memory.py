@@ -6,9 +6,11 @@
 Generates `--memories` memories in one team of 5 members (the worst case: search looks at
 one team), 70% shared and 30% individual, each a sentence of 8-20 words drawn from a
 vocabulary of 5,000 words with Zipf-like frequencies, a random importance and a random
-`--dim`-d embedding. Rows are bulk-inserted (executemany on SQLite, COPY on PostgreSQL);
-the FTS5 triggers (SQLite) and the generated `tsvector` column (PostgreSQL) index them as
-the store's writes would. Then it times `models.memory.search` as a random member:
+`--dim`-d embedding (the JSON array and its float32 bytes, `memories.vector`). Rows are
+bulk-inserted (executemany on SQLite, COPY on PostgreSQL); the FTS5 triggers (SQLite) and
+the generated `tsvector` column (PostgreSQL) index them, and the team's memories get a new
+version, as the store's writes would. Then it times `models.memory.search` as a random
+member:
 
 - full text: `--runs` queries of 2-3 words of middling frequency, no embedder;
 - vectors: `--runs` queries with an in-process embedder that returns a random vector (so
@@ -99,6 +101,7 @@ def generate(count: int, dim: int) -> None:
     import numpy as np
 
     from models import db, membership
+    from models.knowledge import memories_changed
 
     membership.create_team(TEAM, description="memory benchmark", lead=MEMBERS[0])
     for name in MEMBERS[1:]:
@@ -112,11 +115,12 @@ def generate(count: int, dim: int) -> None:
     now = datetime.now(UTC)
     columns = ["memory_id", "memory_type", "content", "embedding", "scope", "source", "agent_id",
                "importance", "tags", "related_memories", "created_at", "updated_at",
-               "access_count", "team"]  # fmt: skip
+               "access_count", "team", "vector"]  # fmt: skip
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()
-        sql = f"INSERT INTO memories ({', '.join(columns)}) VALUES ({', '.join('?' * 14)})"
+        marks = ", ".join("?" * len(columns))
+        sql = f"INSERT INTO memories ({', '.join(columns)}) VALUES ({marks})"
         copy = (
             cursor.copy(f"COPY memories ({', '.join(columns)}) FROM STDIN")
             if postgres
@@ -137,6 +141,7 @@ def generate(count: int, dim: int) -> None:
                         json.dumps(vector.tolist()),
                         "shared" if rng.random() < 0.7 else "individual", agent, agent,
                         round(rng.random(), 3), "[]", "[]", stamp, stamp, 0, TEAM,
+                        vector.astype("<f4").tobytes(),
                     ))  # fmt: skip
                 if postgres:
                     for row in chunk:
@@ -146,6 +151,8 @@ def generate(count: int, dim: int) -> None:
         raw.commit()
     finally:
         raw.close()
+    with db.session_scope() as s:
+        memories_changed(s, TEAM)
     if postgres:
         with engine.begin() as conn:
             conn.execute(sa.text("ANALYZE memories"))

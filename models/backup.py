@@ -36,6 +36,7 @@ from models.inbox import (
     check_text,
     refresh_file,
 )
+from models.knowledge import MemoryRow, memories_changed, vector_bytes
 from models.limits import LimitError, loads_json, read_capped
 from models.membership import delete_team
 from models.tables import clear_rows, metadata, team_rows
@@ -43,6 +44,7 @@ from models.team import Member, Team, TeamConfig, TeamError, _write_config, conf
 from models.wire_support import error_lines
 
 DUMP = "teamflow-backup.json"
+MEMORIES: sa.Table = MemoryRow.__table__  # type: ignore[attr-defined]
 BACKUP_FORMAT = 1
 _Inbox = TypeAdapter(list[InboxMessage])
 
@@ -166,7 +168,9 @@ def _team_rows(session: Session, team: str) -> dict[str, list[dict[str, Any]]]:
     """Every database row that belongs to `team`, by table, in dependency order."""
     dump: dict[str, list[dict[str, Any]]] = {}
     for table, where in team_rows(session, team):
-        rows = [dict(r._mapping) for r in session.execute(sa.select(table).where(where))]
+        # Not `memories.vector`: bytes, the embedding's copy, made again on restore.
+        columns = [c for c in table.c if c is not MEMORIES.c.vector]
+        rows = [dict(r._mapping) for r in session.execute(sa.select(*columns).where(where))]
         if rows:
             dump[table.name] = [{k: _jsonable(v) for k, v in r.items()} for r in rows]
     return dump
@@ -256,13 +260,18 @@ def restore(archive: Path, *, force: bool = False) -> str:
                     delete_team(name, session=s)
                 clear_rows(s, name)  # rows of a team deleted before, keyed by agent id
                 for table in metadata.sorted_tables:
-                    rows = rows_by_table.get(table.name)
+                    rows = [
+                        {k: _from_json(table.c[k], v) for k, v in r.items()}
+                        for r in rows_by_table.get(table.name, [])
+                    ]
+                    if table is MEMORIES:
+                        for memory in rows:
+                            memory["vector"] = vector_bytes(memory.get("embedding"))
                     if rows:
-                        s.execute(
-                            table.insert(),
-                            [{k: _from_json(table.c[k], v) for k, v in r.items()} for r in rows],
-                        )
+                        s.execute(table.insert(), rows)
                         _advance_id_sequence(s, table)
+                if MEMORIES.name in rows_by_table:  # no process's cached vectors of it hold
+                    memories_changed(s, name)
                 _check_restored_config(s, name, archive)
         except (sa.exc.StatementError, TypeError, ValueError) as exc:
             if isinstance(exc, TeamError | BackupError):

@@ -547,9 +547,12 @@ class MemoryRow(SQLModel, table=True):
     """A stored `001` Memory (the embedding is a JSON array).
 
     `team` is teamflow's own column (the wire has none): the team whose members may see the
-    memory (see `models.memory`). On SQLite an FTS5 table (`memories_fts`) and on PostgreSQL
-    a generated `content_tsv` column index `content` for full-text search; both are made by
-    migration 0009 and kept out of this metadata (see `models/migrations/env.py`).
+    memory (see `models.memory`). `vector` is the embedding again, as float32 little-endian
+    bytes (`vector_bytes`): what vector search loads (no JSON to parse); every write of
+    `embedding` writes it (`from_wire` does). On SQLite an FTS5 table
+    (`memories_fts`) and on PostgreSQL a generated `content_tsv` column index `content` for
+    full-text search; both are made by migration 0009 and kept out of this metadata (see
+    `models/migrations/env.py`).
     """
 
     __tablename__ = "memories"
@@ -575,12 +578,45 @@ class MemoryRow(SQLModel, table=True):
     access_count: int | None = SQLField(default=None, sa_column=sa.Column(sa.BigInteger))
     explicit_nulls: list | None = SQLField(default=None, sa_column=json_column())
     team: str | None = SQLField(default=None, sa_column=sa.Column(sa.String(64)))
+    vector: bytes | None = SQLField(default=None, sa_column=sa.Column(sa.LargeBinary))
 
     @classmethod
     def from_wire(cls, wire: Memory) -> Self:
-        """A row holding `wire`."""
-        return cls(**row_values(wire))
+        """A row holding `wire` (and its embedding's `vector`)."""
+        return cls(**row_values(wire), vector=vector_bytes(wire.embedding))
 
     def to_wire(self) -> Memory:
         """The row as the `001` Memory it was built from."""
         return wire_from_row(Memory, self)
+
+
+def vector_bytes(embedding: list[float] | None) -> bytes | None:
+    """`embedding` as float32 little-endian bytes (`MemoryRow.vector`); None without one."""
+    if embedding is None:
+        return None
+    import numpy as np  # here: importing numpy costs a command line's start
+
+    return np.asarray(embedding, dtype="<f4").tobytes()
+
+
+class MemoryVersionRow(SQLModel, table=True):
+    """The version of a team's memories: a new random token at every write of one of them,
+    in the write's transaction (`memories_changed`). A process's cached vectors of the team
+    (`models.memory`) are good while the token they were loaded at is the stored one."""
+
+    __tablename__ = "memory_versions"
+
+    team: str = SQLField(sa_column=sa.Column(sa.String(64), primary_key=True))
+    version: str = SQLField(sa_column=sa.Column(sa.String(32), nullable=False))
+
+
+def memories_changed(session: Session, team: str) -> None:
+    """Gives `team`'s memories a new version; call it in every transaction that adds, changes
+    or deletes memories of `team` (their vectors, owner, scope or type)."""
+    session.execute(
+        sa.text(
+            "INSERT INTO memory_versions (team, version) VALUES (:team, :version) "
+            "ON CONFLICT (team) DO UPDATE SET version = excluded.version"
+        ),
+        {"team": team, "version": uuid.uuid4().hex},
+    )

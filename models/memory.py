@@ -29,10 +29,12 @@ The query is plain words: a memory matching any of them is a candidate, one matc
 and rarer words is more relevant (not an exact phrase). Candidates are the best
 `CANDIDATES` by full text plus, with an embedder, the best `CANDIDATES` by vector similarity.
 
-Vector search is exact: the team's embeddings as one normalised float32 numpy matrix, cached
-per process and team and reloaded when the team's memories change (count or last
-`updated_at`). pgvector is not used: `pgvector_installed` detects it, but this store searches
-exactly on both databases (the PostgreSQL here has no pgvector).
+Vector search is exact: the team's embeddings (their float32 bytes, `MemoryRow.vector`) as
+one normalised float32 numpy matrix, cached per process and team and reloaded when the team's
+memories change: every write of a memory gives the team's memories a new version
+(`memories_changed`, in the write's transaction), and a search first reads that version (one
+row). pgvector is not used: `pgvector_installed` detects it, but this store searches exactly
+on both databases (the PostgreSQL here has no pgvector).
 """
 
 from __future__ import annotations
@@ -52,7 +54,14 @@ from sqlmodel import Session, select
 from models.base import utcnow
 from models.db import session_scope
 from models.embeddings import Embedder, EmbeddingError, check_vector, configured_embedder
-from models.knowledge import Memory, MemoryRow, MemoryScope, MemoryType
+from models.knowledge import (
+    Memory,
+    MemoryRow,
+    MemoryScope,
+    MemoryType,
+    MemoryVersionRow,
+    memories_changed,
+)
 from models.team import TeamError, agent_id, get_member, get_team
 from models.wire_support import error_lines
 
@@ -91,6 +100,8 @@ UPDATABLE = frozenset(
     {"memory_type", "content", "scope", "source", "importance", "confidence", "tags",
      "related_memories", "embedding"}
 )  # fmt: skip
+SEARCHED_BY_VECTOR = frozenset({"memory_type", "content", "scope", "embedding"})
+"""The fields whose change changes a team's vector matrix (content: its embedding)."""
 
 FROM_ENV: Literal["env"] = "env"
 """`embedder=FROM_ENV` (the default): the embedder `configured_embedder()` names, if any."""
@@ -191,14 +202,14 @@ def _check_related(s: Session, team: str, memory: Memory, me: str | None) -> Non
 
 
 def _team_dimension(s: Session, team: str, other_than: uuid.UUID | None = None) -> int | None:
-    query = select(MemoryRow.embedding).where(
+    query = select(sa.func.length(MemoryRow.vector)).where(
         MemoryRow.team == team,
-        MemoryRow.embedding.is_not(None),  # type: ignore[union-attr]
+        MemoryRow.vector.is_not(None),  # type: ignore[union-attr]
     )
     if other_than is not None:
         query = query.where(MemoryRow.memory_id != other_than)
     stored = s.exec(query.limit(1)).first()
-    return len(stored) if stored else None
+    return stored // 4 if stored else None  # float32: 4 bytes a number
 
 
 def _embedding_for(
@@ -270,7 +281,7 @@ def add(
         row.team = team
         s.add(row)
         s.flush()
-        _vectors.forget(s, team)
+        memories_changed(s, team)
         return memory
 
 
@@ -285,8 +296,7 @@ def get(
     with session_scope(session) as s:
         me = _team_and_agent(s, team, agent)
         row = _row(s, team, memory_id, me)
-        _count_access(s, [row])
-        return row.to_wire()
+        return _read(s, [row.memory_id])[row.memory_id].to_wire()
 
 
 def update(
@@ -323,7 +333,8 @@ def update(
             if name != "team":
                 setattr(row, name, value)
         s.flush()
-        _vectors.forget(s, team)
+        if changes.keys() & SEARCHED_BY_VECTOR:
+            memories_changed(s, team)
         return row.to_wire()
 
 
@@ -353,16 +364,24 @@ def forget(
         for other in pointing:
             other.related_memories = [r for r in other.related_memories or [] if r != key]
         s.flush()
-        _vectors.forget(s, team)
+        memories_changed(s, team)
         return gone
 
 
-def _count_access(s: Session, rows: list[MemoryRow]) -> None:
-    now = utcnow()
-    for row in rows:
-        row.access_count = (row.access_count or 0) + 1
-        row.last_accessed = now
-    s.flush()
+def _read(s: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, MemoryRow]:
+    """The memories `ids`, each access counted (one UPDATE: the count goes up in the database,
+    so concurrent reads all count)."""
+    if not ids:
+        return {}
+    s.execute(
+        sa.update(MemoryRow)
+        .where(MemoryRow.memory_id.in_(ids))  # type: ignore[attr-defined]
+        .values(access_count=sa.func.coalesce(MemoryRow.access_count, 0) + 1,
+                last_accessed=utcnow())
+        .execution_options(synchronize_session=False)
+    )  # fmt: skip
+    read = select(MemoryRow).where(MemoryRow.memory_id.in_(ids))  # type: ignore[attr-defined]
+    return {r.memory_id: r for r in s.exec(read.execution_options(populate_existing=True))}
 
 
 # --- search --------------------------------------------------------------------------------
@@ -388,10 +407,24 @@ def _types(memory_types: list[MemoryType | str] | None) -> list[str] | None:
         raise MemoryStoreError(f"{bad!r} is not a memory type: one of {allowed}") from None
 
 
+SCORED = ("memory_id", "importance", "last_accessed", "updated_at", "created_at")
+"""What the score needs of a candidate's row (not its embedding: kilobytes of JSON)."""
+
+
+def _scored(s: Session, ids: set[uuid.UUID]) -> list[Any]:
+    """The `SCORED` columns of the memories `ids`."""
+    if not ids:
+        return []
+    t = MemoryRow.__table__  # type: ignore[attr-defined]
+    query = sa.select(*(t.c[name] for name in SCORED)).where(t.c.memory_id.in_(ids))
+    return list(s.execute(query).tuples())
+
+
 def _text_candidates(
     s: Session, team: str, me: str, words: list[str], types: list[str] | None, k: int
-) -> dict[uuid.UUID, float]:
-    """memory_id -> full-text relevance (higher is better) of the best `k` visible matches."""
+) -> list[Any]:
+    """The best `k` visible matches: their `SCORED` columns (read here: the row is read
+    anyway) and last their full-text relevance (higher is better)."""
     params: dict[str, Any] = {"team": team, "me": me, "shared": MemoryScope.SHARED.value, "k": k}
     type_filter = ""
     if types:
@@ -399,23 +432,31 @@ def _text_candidates(
         params.update(zip(names, types, strict=True))
         type_filter = f" AND m.memory_type IN ({', '.join(':' + n for n in names)})"
     visible = f"m.team = :team AND (m.scope = :shared OR m.agent_id = :me){type_filter}"
+    selected = ", ".join(f"m.{name}" for name in SCORED)
+    t = MemoryRow.__table__  # type: ignore[attr-defined]
+    columns = [t.c[name] for name in SCORED] + [sa.column("rel", sa.Float)]
+
+    def run(sql: str, **more: Any) -> list[Any]:
+        return list(s.execute(sa.text(sql).columns(*columns), {**params, **more}).tuples())
+
     if s.get_bind().dialect.name == "postgresql":
         params["query"] = " or ".join(words)
-        sql = (
-            "SELECT m.memory_id, ts_rank_cd(m.content_tsv, q) AS rel "
+        return run(
+            f"SELECT {selected}, ts_rank_cd(m.content_tsv, q) AS rel "
             "FROM memories m, websearch_to_tsquery('english', :query) q "
             f"WHERE m.content_tsv @@ q AND {visible} ORDER BY rel DESC LIMIT :k"
         )
-    else:
-        params["query"] = " OR ".join(f'"{w}"' for w in words)
-        sql = (
-            "SELECT m.memory_id, -bm25(memories_fts) AS rel "
-            "FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid "
-            f"WHERE memories_fts MATCH :query AND {visible} "
-            "ORDER BY bm25(memories_fts) LIMIT :k"
-        )
-    statement = sa.text(sql).columns(MemoryRow.__table__.c.memory_id, sa.column("rel", sa.Float))  # type: ignore[attr-defined]
-    return {mid: max(float(rel), 0.0) for mid, rel in s.execute(statement, params)}
+    # Only the best `n` matches by relevance are looked up in `memories`, whose rows are long
+    # (reading `scope` or `team` reads past the embedding). When they hold k the agent may
+    # see, those are the k best it may see; else all matches are looked up (LIMIT -1).
+    params["query"] = " OR ".join(f'"{w}"' for w in words)
+    sql = (
+        f"SELECT {selected}, -hits.rank AS rel FROM (SELECT rowid, bm25(memories_fts) AS rank "
+        "FROM memories_fts WHERE memories_fts MATCH :query ORDER BY rank LIMIT :n) hits "
+        f"JOIN memories m ON m.rowid = hits.rowid WHERE {visible} ORDER BY hits.rank LIMIT :k"
+    )
+    found = run(sql, n=2 * k)
+    return found if len(found) == k else run(sql, n=-1)
 
 
 def search(
@@ -439,7 +480,8 @@ def search(
         me = _team_and_agent(s, team, agent)
         assert me is not None
         k = max(CANDIDATES, limit)
-        text = _text_candidates(s, team, me, words, types, k)
+        found = _text_candidates(s, team, me, words, types, k)
+        text = {row[0]: max(float(row[-1]), 0.0) for row in found}
         vector: dict[uuid.UUID, float] = {}
         if chosen is not None:
             try:
@@ -447,16 +489,10 @@ def search(
             except EmbeddingError as exc:
                 raise MemoryStoreError(str(exc)) from None
             vector = _vectors.nearest(s, team, me, q, types, k)
-        ids = set(text) | set(vector)
-        if not ids:
+        weights = [row[:-1] for row in found] + _scored(s, set(vector) - set(text))
+        if not weights:
             return []
         best_text = max(text.values(), default=0.0) or 1.0
-        # Only the columns the score needs: a candidate's embedding is kilobytes of JSON.
-        t = MemoryRow.__table__  # type: ignore[attr-defined]
-        weights = s.execute(
-            sa.select(t.c.memory_id, t.c.importance, t.c.last_accessed, t.c.updated_at,
-                      t.c.created_at).where(t.c.memory_id.in_(ids))
-        ).all()  # fmt: skip
         now = utcnow()
         scored = []
         for mid, stored_importance, *times in weights:
@@ -471,13 +507,12 @@ def search(
             scored.append((score, relevance, importance, recency, mid))
         scored.sort(key=lambda c: (-c[0], str(c[4])))
         top = scored[:limit]
-        rows = {
-            r.memory_id: r
-            for r in s.exec(select(MemoryRow).where(MemoryRow.memory_id.in_([c[4] for c in top])))  # type: ignore[attr-defined]
-        }
-        _count_access(s, list(rows.values()))
+        rows = _read(s, [c[4] for c in top])
+        # A memory forgotten by another process since it was scored is not found.
         return [
-            Found(rows[mid].to_wire(), score, rel, imp, rec) for score, rel, imp, rec, mid in top
+            Found(rows[mid].to_wire(), score, rel, imp, rec)
+            for score, rel, imp, rec, mid in top
+            if mid in rows
         ]
 
 
@@ -505,7 +540,7 @@ def pgvector_installed(session: Session | None = None) -> bool:
 
 @dataclass
 class _Matrix:
-    signature: tuple[Any, ...]
+    version: str | None
     ids: list[uuid.UUID]
     agents: dict[str, int]  # agent_id -> its code in `owners`
     owners: Any  # numpy int32 array: each memory's agent's code
@@ -517,8 +552,9 @@ class _Matrix:
 class _VectorCache:
     """The embeddings of each team as a normalised float32 matrix, per database and team.
 
-    Reloaded when the team's count of memories or its latest `updated_at` changes (so a
-    write by another process is seen), and dropped by this process's own writes.
+    Good while the team's memories' version (`MemoryVersionRow`) is the one it was loaded at:
+    every write of a memory, by any process, gives them a new one in its transaction. The
+    version is read before the matrix, so a matrix is never older than its version.
     """
 
     def __init__(self) -> None:
@@ -529,38 +565,27 @@ class _VectorCache:
     def _key(s: Session, team: str) -> tuple[str, str]:
         return (str(s.get_bind().engine.url), team)
 
-    def forget(self, s: Session, team: str) -> None:
-        with self._lock:
-            self._teams.pop(self._key(s, team), None)
-
-    def _signature(self, s: Session, team: str) -> tuple[Any, ...]:
-        count, last = s.execute(
-            sa.select(sa.func.count(), sa.func.max(MemoryRow.updated_at)).where(
-                MemoryRow.team == team
-            )
-        ).one()
-        return (count, last)
-
-    def _load(self, s: Session, team: str, signature: tuple[Any, ...]) -> _Matrix:
+    def _load(self, s: Session, team: str, version: str | None) -> _Matrix:
         import numpy as np
 
         table = MemoryRow.__table__  # type: ignore[attr-defined]
         rows = s.execute(
             sa.select(table.c.memory_id, table.c.agent_id, table.c.scope, table.c.memory_type,
-                      table.c.embedding)
-            .where(table.c.team == team, table.c.embedding.is_not(None))
+                      table.c.vector)
+            .where(table.c.team == team, table.c.vector.is_not(None))
         ).all()  # fmt: skip
-        dims = {len(r.embedding) for r in rows}
-        if len(dims) > 1:
-            raise MemoryStoreError(f"team {team!r} holds embeddings of {sorted(dims)} dimensions")
-        vectors = np.asarray([r.embedding for r in rows], dtype=np.float32)
-        if rows:
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors /= np.where(norms == 0, 1, norms)
+        sizes = {len(r.vector) for r in rows}
+        if len(sizes) > 1:
+            dims = sorted(size // 4 for size in sizes)
+            raise MemoryStoreError(f"team {team!r} holds embeddings of {dims} dimensions")
+        stored = np.frombuffer(b"".join(r.vector for r in rows), dtype="<f4")
+        stored = stored.reshape(len(rows), sizes.pop() // 4 if rows else 0)
+        norms = np.linalg.norm(stored, axis=1, keepdims=True)
+        vectors = stored / np.where(norms == 0, 1, norms)  # float32, like `stored`
         agents: dict[str, int] = {}
         kinds = {t.value: i for i, t in enumerate(MemoryType)}
         return _Matrix(
-            signature=signature,
+            version=version,
             ids=[r.memory_id for r in rows],
             agents=agents,
             owners=np.asarray([agents.setdefault(r.agent_id, len(agents)) for r in rows],
@@ -572,12 +597,14 @@ class _VectorCache:
 
     def matrix(self, s: Session, team: str) -> _Matrix:
         key = self._key(s, team)
-        signature = self._signature(s, team)
+        version = s.execute(
+            sa.select(MemoryVersionRow.version).where(MemoryVersionRow.team == team)
+        ).scalar()
         with self._lock:
             cached = self._teams.get(key)
-        if cached is not None and cached.signature == signature:
+        if cached is not None and cached.version == version:
             return cached
-        loaded = self._load(s, team, signature)
+        loaded = self._load(s, team, version)
         with self._lock:
             self._teams[key] = loaded
         return loaded

@@ -4,10 +4,13 @@ SQLite and PostgreSQL; vectors from a fake OpenAI-compatible embeddings server."
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 import uuid
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 from factories import TEAM, research_team
@@ -16,7 +19,7 @@ from sqlmodel import Session, select
 
 from models import db, membership
 from models import memory as store
-from models.base import utcnow
+from models.base import JSONValue, utcnow
 from models.embeddings import OpenAIEmbedder, configured_embedder
 from models.knowledge import MemoryRow
 from models.memory import MAX_CONTENT, MemoryStoreError
@@ -222,6 +225,24 @@ def test_search_filters_by_type_and_limit(team: str) -> None:
         store.search(team, "budget", agent="analyst-1", limit=0)
 
 
+def test_full_text_finds_what_the_agent_may_see_behind_better_matches_it_may_not(
+    team: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "CANDIDATES", 2)  # SQLite looks up the best 4 matches first
+    hidden = {
+        store.add(team, "analyst-1", memory_type="knowledge", content="budget budget budget")
+        .memory_id for _ in range(5)
+    }  # fmt: skip
+    seen = {
+        store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
+                  content=f"the budget of project {i} is on the shared drive").memory_id
+        for i in range(3)
+    }  # fmt: skip
+    for agent, expected in (("analyst-1", hidden), ("analyst-2", seen)):
+        found = _ids(store.search(team, "budget", agent=agent, limit=2))
+        assert len(found) == 2 and set(found) <= expected, agent
+
+
 # --- vectors -------------------------------------------------------------------------------
 
 
@@ -299,3 +320,114 @@ def test_full_text_tables_are_in_place(db_url: str) -> None:
         assert "content_tsv" in columns
         with Session(engine) as s:
             assert store.pgvector_installed(s) in (True, False)
+
+
+# --- vectors as float32 bytes, and the cached matrix ---------------------------------------
+
+
+class Constant:
+    """An embedder that gives every text the same vector (the query's, in these tests)."""
+
+    name = "constant"
+
+    def __init__(self, vector: list[float]) -> None:
+        self.vector = vector
+        self.dimension = len(vector)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.vector for _ in texts]
+
+
+NORTH = Constant([1.0, 0.0, 0.0])
+
+
+def _vector(memory_id: uuid.UUID) -> bytes | None:
+    with Session(db.engine()) as s:
+        return s.get(MemoryRow, memory_id).vector
+
+
+def _float32(embedding: list[float]) -> bytes:
+    return np.asarray(embedding, dtype="<f4").tobytes()
+
+
+def test_a_memorys_vector_is_the_float32_of_its_embedding(team: str) -> None:
+    embedding = [0.1, -2.5, 1 / 3]
+    m = store.add(team, "analyst-1", memory_type="knowledge", content="a", embedding=embedding)
+    assert _vector(m.memory_id) == _float32(embedding)
+    assert store.get(team, m.memory_id).embedding == embedding  # the wire keeps the JSON
+    store.update(team, m.memory_id, embedding=[0.5, 0.5, 0.5])
+    assert _vector(m.memory_id) == _float32([0.5, 0.5, 0.5])
+    store.update(team, m.memory_id, content="b")  # no embedder: the stale vector goes too
+    assert _vector(m.memory_id) is None
+    assert store.get(team, m.memory_id).embedding is None
+
+
+def test_a_memory_stored_before_vectors_is_found_by_them_after_the_migration(
+    team: str, db_url: str
+) -> None:
+    from alembic import command
+
+    memories = sa.table(
+        "memories", sa.column("memory_id", sa.Uuid), sa.column("memory_type"),
+        sa.column("content"), sa.column("scope"), sa.column("agent_id"), sa.column("team"),
+        sa.column("embedding", JSONValue()),
+    )  # fmt: skip
+    old = uuid.uuid4()
+    config = db.alembic_config(db_url)
+    try:
+        with db.engine(db_url).begin() as connection:
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0009")
+            connection.execute(memories.insert().values(
+                memory_id=old, memory_type="knowledge", content="lunch is at noon",
+                scope="shared", agent_id=f"analyst-1@{TEAM}", team=team,
+                embedding=[0.8, 0.6, 0.0],
+            ))  # fmt: skip
+    finally:
+        db.upgrade(db_url)
+    assert _vector(old) == _float32([0.8, 0.6, 0.0])
+    found = store.search(team, "northern route", agent="analyst-2", embedder=NORTH)
+    assert _ids(found) == [old]
+    assert found[0].relevance == pytest.approx(0.8)
+
+
+def _in_another_process(code: str) -> str:
+    """Runs `code` (`store` is `models.memory`) in a new Python process; its output."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"from models import memory as store\n{code}"],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_cached_vectors_see_what_another_process_adds_and_forgets(team: str) -> None:
+    def found() -> list[uuid.UUID]:
+        return _ids(store.search(team, "northern route", agent="analyst-2", embedder=NORTH))
+
+    first = store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
+                      content="lunch is at noon", embedding=[1.0, 0.0, 0.0]).memory_id  # fmt: skip
+    assert found() == [first]  # the team's matrix is cached now
+    second = uuid.UUID(_in_another_process(
+        f"print(store.add({team!r}, 'analyst-1', memory_type='knowledge', scope='shared', "
+        "content='the printer jams', embedding=[0.6, 0.8, 0.0]).memory_id)"
+    ))  # fmt: skip
+    assert found() == [first, second]
+    _in_another_process(f"store.forget({team!r}, {str(first)!r})")
+    assert found() == [second]
+
+
+def test_a_restored_memory_gets_its_vector_back(team: str, tmp_path: Path) -> None:
+    from models import backup
+
+    m = store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
+                  content="lunch is at noon", embedding=[1.0, 0.0, 0.0])  # fmt: skip
+    assert _ids(store.search(team, "northern route", agent="analyst-2", embedder=NORTH)) == [
+        m.memory_id
+    ]
+    archive = backup.backup(team, tmp_path / "team.tar.gz")  # the dump leaves the bytes out
+    backup.restore(archive, force=True)
+    assert _vector(m.memory_id) == _float32([1.0, 0.0, 0.0])
+    assert _ids(store.search(team, "northern route", agent="analyst-2", embedder=NORTH)) == [
+        m.memory_id
+    ]
