@@ -122,54 +122,32 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
 def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]:
     """Part 2: tasks per second through the deployment with two `teamflow worker`s."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import WorkPoolUpdate
     from prefect.settings import PREFECT_API_URL, temporary_settings
-    from prefect_server import prefect_server, wait_until
-    from teamflow_workers import (
-        POOL,
-        ended_runs,
-        postgres_databases,
-        register_deployments,
-        teamflow_workers,
-    )
+    from prefect_server import prefect_server
+    from teamflow_workers import benchmark_databases, register_deployments, run_batch
 
     from flows import runner
-    from models import db
     from models.task import create_task
 
-    home = tmp / "teamflow-home"
     with contextlib.ExitStack() as stack:
-        if postgres_url:
-            prefect_url, teamflow_url = stack.enter_context(postgres_databases(postgres_url))
-        else:
-            prefect_url, teamflow_url = None, f"sqlite:///{home / 'teamflow.db'}"
-        os.environ["TEAMFLOW_HOME"] = str(home)
-        os.environ["TEAMFLOW_DATABASE_URL"] = teamflow_url
-        db.dispose_engines()
+        prefect_url, shared = stack.enter_context(benchmark_databases(tmp, postgres_url))
         data = tmp / "data.csv"
         _team(data)
         server = stack.enter_context(prefect_server(tmp, prefect_url))
         register_deployments(server, tmp / "deploy.log")
         stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api}))
         client = stack.enter_context(get_client(sync_client=True))
-        # Every run is queued, and both workers are up, before the pool lets them take any:
-        # what is measured is how fast two workers get through a queue of team tasks, not
-        # how fast one client starts runs or a worker registers (both meet 503s from
-        # Prefect's server on SQLite while runs write).
-        client.update_work_pool(POOL, WorkPoolUpdate(is_paused=True))
-        run_ids = []
-        for i in range(tasks):
-            task = create_task(TEAM, title=f"sustained {i}", assignees=["worker"],
-                               params={"path": str(data)})  # fmt: skip
-            parameters = {"task_id": str(task.id), "team": TEAM}
-            run_ids.append(runner.start(DEPLOYMENT, parameters, require_worker=False).id)
-        shared = {"TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": teamflow_url}
-        stack.enter_context(teamflow_workers(server, tmp, 2, env=shared))
-        client.update_work_pool(POOL, WorkPoolUpdate(is_paused=False))
 
-        runs = wait_until(
-            lambda: ended_runs(client, run_ids), 900, "every benchmark run to end", interval=0.5
-        )
+        def queue() -> list[Any]:
+            run_ids = []
+            for i in range(tasks):
+                task = create_task(TEAM, title=f"sustained {i}", assignees=["worker"],
+                                   params={"path": str(data)})  # fmt: skip
+                parameters = {"task_id": str(task.id), "team": TEAM}
+                run_ids.append(runner.start(DEPLOYMENT, parameters, require_worker=False).id)
+            return run_ids
+
+        runs, _ = run_batch(server, tmp, client, queue, env=shared)
     failed = [r.name for r in runs if not r.state.is_completed()]
     if failed:
         sys.exit(f"runs did not complete: {failed}")
@@ -203,12 +181,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.postgres == "":
         parser.error("--postgres needs a URL (or TEAMFLOW_TEST_POSTGRES_URL)")
-    for name in list(os.environ):
-        if name.startswith(("PREFECT_", "TEAMFLOW_")) and name != "TEAMFLOW_TEST_POSTGRES_URL":
-            del os.environ[name]
-    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    os.environ["DO_NOT_TRACK"] = "1"
-    os.environ["PREFECT_LOGGING_LEVEL"] = "ERROR"
+    from teamflow_workers import benchmark_environment
+
+    benchmark_environment()
 
     tmp = Path(tempfile.mkdtemp(prefix="teamflow-bench-"))
     try:

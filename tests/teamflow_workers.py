@@ -12,15 +12,22 @@ and in its own session, waits until each has started and the server sees it onli
 stops their process groups when the block ends, also when it fails. `postgres_databases`
 makes a fresh PostgreSQL database for a Prefect server and a schema for teamflow, and drops
 both after.
+
+Benchmarks that put a batch of runs through workers (`benchmarks/team_task.py`,
+`benchmarks/agents.py`) use `benchmark_environment` (none of the user's settings),
+`benchmark_databases` (both databases on SQLite or on PostgreSQL, teamflow's set for this
+process) and `run_batch` (every run queued, and every worker up, before the pool lets
+them take any).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,3 +155,71 @@ def postgres_databases(admin_url: str) -> Iterator[tuple[str, str]]:
             conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
             conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         admin.dispose()
+
+
+def benchmark_environment() -> None:
+    """This process's environment for a benchmark: none of the user's PREFECT_ and TEAMFLOW_
+    settings (but TEAMFLOW_TEST_POSTGRES_URL), no telemetry, Prefect logging only errors."""
+    for name in list(os.environ):
+        if name.startswith(("PREFECT_", "TEAMFLOW_")) and name != "TEAMFLOW_TEST_POSTGRES_URL":
+            del os.environ[name]
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    os.environ["DO_NOT_TRACK"] = "1"
+    os.environ["PREFECT_LOGGING_LEVEL"] = "ERROR"
+
+
+@contextlib.contextmanager
+def benchmark_databases(
+    tmp: Path, postgres_url: str | None = None
+) -> Iterator[tuple[str | None, dict[str, str]]]:
+    """Both databases of a benchmark: SQLite (teamflow's under `tmp/teamflow-home`), or a
+    fresh PostgreSQL database and schema on `postgres_url` (`postgres_databases`).
+
+    teamflow's is the one this process uses while the block runs (TEAMFLOW_HOME and
+    TEAMFLOW_DATABASE_URL are set). Yields the Prefect server's database URL (None: the
+    server's own SQLite file) and the environment that points workers at teamflow's.
+    """
+    from models import db
+
+    home = tmp / "teamflow-home"
+    with contextlib.ExitStack() as stack:
+        if postgres_url:
+            prefect_url, teamflow_url = stack.enter_context(postgres_databases(postgres_url))
+        else:
+            prefect_url, teamflow_url = None, f"sqlite:///{home / 'teamflow.db'}"
+        shared = {"TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": teamflow_url}
+        os.environ.update(shared)
+        db.dispose_engines()
+        yield prefect_url, shared
+
+
+def run_batch(
+    server: Server,
+    tmp: Path,
+    client: Any,
+    queue: Callable[[], list[Any]],
+    *,
+    count: int = 2,
+    env: dict[str, str] | None = None,
+    limit: int | None = None,
+    timeout: float = 900,
+) -> tuple[list[Any], list[Worker]]:
+    """The runs `queue()` creates, run by `count` teamflow workers (see `teamflow_workers`).
+
+    Every run is queued in the paused pool, and every worker is up, before the pool lets them
+    take any: what is measured is how workers get through the batch, not how fast one client
+    creates runs or a worker registers (both meet 503s from Prefect's server on SQLite while
+    runs write). `client` is a sync Prefect client. Returns the runs once every one has
+    ended, and the workers (stopped by then; their logs stay).
+    """
+    from prefect.client.schemas.actions import WorkPoolUpdate
+
+    client.update_work_pool(POOL, WorkPoolUpdate(is_paused=True))
+    run_ids = queue()
+    with teamflow_workers(server, tmp, count, env=env, limit=limit) as workers:
+        client.update_work_pool(POOL, WorkPoolUpdate(is_paused=False))
+        runs = wait_until(
+            lambda: ended_runs(client, run_ids), timeout, "every run of the batch to end",
+            interval=0.5,
+        )  # fmt: skip
+    return runs, workers
