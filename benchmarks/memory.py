@@ -29,10 +29,8 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -55,37 +53,12 @@ CHUNK = 1000
 
 @contextlib.contextmanager
 def environment(url: str | None) -> Iterator[str]:
-    from models import db
+    """`benchmarks/metrics.py`'s temporary database, with no embeddings endpoint set."""
+    from benchmarks.metrics import environment as database
 
-    tmp = Path(tempfile.mkdtemp(prefix="teamflow-memory-bench-"))
-    admin = schema = None
-    try:
-        if url is None:
-            url = f"sqlite:///{tmp / 'teamflow.db'}"
-            label = "SQLite (temporary)"
-        else:
-            schema = f"teamflow_bench_{uuid.uuid4().hex[:10]}"
-            admin = sa.create_engine(url)
-            with admin.begin() as conn:
-                conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-            url = (
-                sa.make_url(url)
-                .update_query_dict({"options": f"-csearch_path={schema}"})
-                .render_as_string(hide_password=False)
-            )
-            label = f"PostgreSQL {db.redact(url)} (schema {schema}, dropped after)"
-        os.environ["TEAMFLOW_HOME"] = str(tmp / "home")
-        os.environ["TEAMFLOW_DATABASE_URL"] = url
-        os.environ.pop("TEAMFLOW_EMBEDDINGS_URL", None)
-        db.upgrade(url)
+    os.environ.pop("TEAMFLOW_EMBEDDINGS_URL", None)
+    with database(url) as label:
         yield label
-    finally:
-        db.dispose_engines()
-        if admin is not None:
-            with admin.begin() as conn:
-                conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-            admin.dispose()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def words() -> list[str]:
