@@ -7,8 +7,9 @@ nullable, and written as `null`, never left out.
 
 The store functions (`add_resource`, `list_resources`, `add_knowledge`, `get_knowledge`,
 `knowledge_ids`) are what the `team-task` flow reads when a step's `002` `context` block names
-knowledge relics (see `flows/scope.py`); `create_knowledge` and `list_knowledge` are
-`teamflow knowledge add` and `list`. The stores of templates and projects are
+knowledge relics (see `flows/scope.py`); `create_knowledge`, `list_knowledge`,
+`update_knowledge` and `delete_knowledge` are `teamflow knowledge add`, `list`, `update` and
+`delete`. The stores of templates and projects are
 `models.prompt_template` and `models.project`.
 
 The `001` Memory object is a Weaviate object: only its id, type, content and scope are
@@ -20,6 +21,7 @@ it was built from.
 import json
 import re
 import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Self
@@ -36,7 +38,14 @@ from pydantic import (
 from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel, select
 
-from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
+from models.base import (
+    JSONValue,
+    SnakeWireModel,
+    Timestamp,
+    json_column,
+    utc_column,
+    utcnow,
+)
 from models.db import replace_row, session_scope
 from models.limits import LimitError, loads_json
 from models.wire_support import error_lines, row_values, wire_from_row
@@ -422,6 +431,14 @@ def _content(kind: KnowledgeType, content: str) -> str | dict[str, Any]:
     return content
 
 
+def _knowledge_type(value: KnowledgeType | str) -> KnowledgeType:
+    try:
+        return KnowledgeType(value)
+    except ValueError:
+        allowed = ", ".join(t.value for t in KnowledgeType)
+        raise KnowledgeError(f"type {value!r} is not one of {allowed}") from None
+
+
 def create_knowledge(
     *,
     type: KnowledgeType | str,
@@ -440,11 +457,7 @@ def create_knowledge(
     source, JSON that is not an object, a link that is no URL, an empty tag, a malformed id
     or one that is taken.
     """
-    try:
-        kind = KnowledgeType(type)
-    except ValueError:
-        allowed = ", ".join(t.value for t in KnowledgeType)
-        raise KnowledgeError(f"type {type!r} is not one of {allowed}") from None
+    kind = _knowledge_type(type)
     if knowledge_id is not None:
         check_id(knowledge_id, "knowledge id")
     if not summary.strip():
@@ -470,6 +483,124 @@ def create_knowledge(
                 s.add(KnowledgeEntryRow.from_wire(entry))
         except sa.exc.IntegrityError:
             raise taken from None
+        return entry
+
+
+def update_knowledge(
+    knowledge_id: str,
+    *,
+    type: KnowledgeType | str | None = None,
+    content: str | None = None,
+    summary: str | None = None,
+    tags: list[str] | None = None,
+    source: str | None = None,
+    session: Session | None = None,
+) -> KnowledgeEntry:
+    """Changes a stored Knowledge Entry (`teamflow knowledge update`); None: unchanged.
+
+    Checked as `create_knowledge` checks a new entry. A new `type` without new `content`
+    re-reads the stored content as that type (an object as its JSON text, JSON text as an
+    object), so the entry always fits its type. `tags` replace the stored ones (`[]`: none).
+    `updated_at` becomes now when something changes; `created_at` and the id never change.
+    Refused with one line (`KnowledgeError`), nothing written: an unknown id, nothing to
+    change, and every value `create_knowledge` refuses.
+    """
+    if all(v is None for v in (type, content, summary, tags, source)):
+        raise KnowledgeError(
+            "nothing to change: give --type, --content, --summary, --tag/--no-tags or --source"
+        )
+    kind = None if type is None else _knowledge_type(type)
+    if summary is not None and not summary.strip():
+        raise KnowledgeError("summary: empty")
+    if source is not None and not source.strip():
+        raise KnowledgeError("source: empty")
+    checked_tags = None if tags is None else check_tags(tags)
+    with session_scope(session) as s:
+        row = s.get(KnowledgeEntryRow, knowledge_id, with_for_update=True)
+        if row is None:
+            raise KnowledgeError(f"no knowledge entry {knowledge_id!r}")
+        current = row.to_wire()
+        new_kind = kind or current.type
+        if content is None and new_kind is not current.type:
+            stored = current.content
+            content = stored if isinstance(stored, str) else json.dumps(stored, ensure_ascii=False)
+        changes: dict[str, Any] = {"type": new_kind}
+        if content is not None:
+            changes["content"] = _content(new_kind, content)
+        for name, value in (("summary", summary), ("tags", checked_tags), ("source", source)):
+            if value is not None:
+                changes[name] = value
+        if all(getattr(current, k) == v for k, v in changes.items()):
+            return current  # nothing changes, not even updated_at
+        try:
+            entry = KnowledgeEntry.model_validate(
+                {**current.model_dump(), **changes, "updated_at": utcnow()}
+            )
+        except ValidationError as exc:
+            raise KnowledgeError(error_lines(exc)[0]) from None
+        for name, value in KnowledgeEntryRow.from_wire(entry).model_dump().items():
+            setattr(row, name, value)
+        s.flush()
+        return entry
+
+
+_MEMBERS = sa.table(
+    "members", sa.column("team"), sa.column("position"), sa.column("agent_id"),
+    sa.column("runtime", JSONValue()),
+)  # fmt: skip
+"""What `playbooks_naming` reads of the `members` table: `models.team` is a layer above this
+module, so its table is named here, not imported."""
+
+
+def playbooks_naming(knowledge_id: str, *, session: Session | None = None) -> list[str]:
+    """The members (`agentId`) whose stored runtime names `knowledge_id` in a `002` context
+    block (`knowledge_relics`) of its playbook: steps that will ask for the entry."""
+    m = _MEMBERS.c
+    with session_scope(session) as s:
+        rows = s.execute(
+            sa.select(m.agent_id, m.runtime)
+            .where(sa.cast(m.runtime, sa.Text).like("%knowledge_relics%"))
+            .order_by(m.team, m.position)
+        ).all()
+    return [r.agent_id for r in rows if any(knowledge_id in n for n in _relic_lists(r.runtime))]
+
+
+def _relic_lists(value: Any) -> Iterator[list]:
+    """Every `knowledge_relics` list anywhere in `value` (a playbook is steps, per-task
+    playbooks and an `on_denial` step, each with its own context block)."""
+    if isinstance(value, dict):
+        relics = value.get("knowledge_relics")
+        if isinstance(relics, list):
+            yield relics
+        for item in value.values():
+            yield from _relic_lists(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _relic_lists(item)
+
+
+def delete_knowledge(knowledge_id: str, *, session: Session | None = None) -> KnowledgeEntry:
+    """Deletes a stored Knowledge Entry (`teamflow knowledge delete`); returns it as it was.
+
+    Refused with one line (`KnowledgeError`), nothing deleted: an unknown id, and an entry a
+    member's stored playbook names in a context block's `knowledge_relics` (that step would
+    fail on a relic that is gone), naming the members. A step of a running agent that names
+    it later fails naming the relic (`flows.scope`); past conversations keep mentioning it.
+    """
+    with session_scope(session) as s:
+        row = s.get(KnowledgeEntryRow, knowledge_id, with_for_update=True)
+        if row is None:
+            raise KnowledgeError(f"no knowledge entry {knowledge_id!r}")
+        users = playbooks_naming(knowledge_id, session=s)
+        if users:
+            raise KnowledgeError(
+                f"knowledge entry {knowledge_id!r} is in the knowledge_relics of the playbook "
+                f"of {', '.join(users)}; take it out there first (teamflow member set TEAM "
+                "NAME --playbook FILE)"
+            )
+        entry = row.to_wire()
+        s.delete(row)
+        s.flush()
         return entry
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import uuid
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,130 @@ def test_bad_input_is_one_line_and_writes_nothing(store: str, args: list[str], s
     assert result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
     assert json.loads(result.stdout)["status"] == "error"
     assert _count() == 0
+
+
+# --- update and delete ---------------------------------------------------------------------
+
+
+def _stored(knowledge_id: str) -> dict:
+    result = teamflow("knowledge", "show", knowledge_id, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _update(knowledge_id: str, *args: str) -> dict:
+    result = teamflow("knowledge", "update", knowledge_id, *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_update_changes_only_what_is_given_and_moves_updated_at(store: str) -> None:
+    first = _add(
+        "--type", "text", "--content", "Use make-process", "--summary", "Async processes",
+        "--tag", "elisp", "--source", "the manual", "--id", "kn-async",
+    )  # fmt: skip
+    changed = _update("kn-async", "--content", "Use make-process with a :sentinel")
+    assert changed == _stored("kn-async")
+    assert KnowledgeEntry.model_validate(changed).to_wire() == changed
+    assert changed["content"] == "Use make-process with a :sentinel"
+    kept = ("knowledge_id", "type", "summary", "created_at", "tags", "source")
+    assert {k: changed[k] for k in kept} == {k: first[k] for k in kept}
+    assert datetime.fromisoformat(changed["updated_at"]) > datetime.fromisoformat(
+        first["updated_at"]
+    )
+
+    retagged = _update("kn-async", "--summary", "Processes", "--tag", "emacs", "--tag", "lisp")
+    assert (retagged["summary"], retagged["tags"]) == ("Processes", ["emacs", "lisp"])
+    assert _update("kn-async", "--no-tags", "--source", "a colleague")["tags"] == []
+    plain = teamflow("knowledge", "update", "kn-async", "--summary", "Async in Emacs")
+    assert plain.stdout == "updated knowledge kn-async\n"
+    # The same values again change nothing, not even updated_at.
+    now = _stored("kn-async")
+    assert _update("kn-async", "--summary", "Async in Emacs", "--no-tags") == now
+
+
+def test_a_new_type_rereads_the_content_as_that_type(store: str) -> None:
+    _add("--type", "text", "--content", '{"0": "success"}', "--summary", "codes", "--id", "kn-c")
+    as_json = _update("kn-c", "--type", "json")
+    assert (as_json["type"], as_json["content"]) == ("json", {"0": "success"})
+    as_text = _update("kn-c", "--type", "text")
+    assert (as_text["type"], as_text["content"]) == ("text", '{"0": "success"}')
+    link = _update("kn-c", "--type", "link", "--content", "https://example.com/codes")
+    assert (link["type"], link["content"]) == ("link", "https://example.com/codes")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["kn-nope", "--summary", "s"], "no knowledge entry 'kn-nope'"),
+        (["kn-1"], "nothing to change: give --type, --content, --summary"),
+        (["kn-1", "--type", "pdf"], "type 'pdf' is not one of text, json, link"),
+        (["kn-1", "--type", "json"], "content is not valid JSON"),
+        (["kn-1", "--type", "link"], "content: a link is a URL"),
+        (["kn-1", "--type", "json", "--content", "[1, 2]"], "must be a JSON object"),
+        (["kn-1", "--content", " "], "content: empty"),
+        (["kn-1", "--summary", ""], "summary: empty"),
+        (["kn-1", "--source", " "], "source: empty"),
+        (["kn-1", "--tag", ""], "tags: a tag is empty"),
+        (["kn-1", "--tag", "a", "--no-tags"], "give --tag or --no-tags, not both"),
+    ],
+)
+def test_a_refused_update_is_one_line_and_writes_nothing(
+    store: str, args: list[str], says: str
+) -> None:
+    before = _add("--type", "text", "--content", "one", "--summary", "first", "--id", "kn-1")
+    result = teamflow("knowledge", "update", *args, "--json")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+    assert json.loads(result.stdout)["status"] == "error"
+    assert _stored("kn-1") == before
+
+
+def test_delete_removes_the_entry_and_prints_it(store: str) -> None:
+    entry = _add("--type", "text", "--content", "one", "--summary", "first", "--id", "kn-1")
+    kept = _add("--type", "text", "--content", "two", "--summary", "second", "--id", "kn-2")
+    deleted = teamflow("knowledge", "delete", "kn-1", "--json")
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(deleted.stdout) == entry
+    assert json.loads(teamflow("knowledge", "list", "--json").stdout) == [kept]
+    assert teamflow("knowledge", "delete", "kn-2").stdout == "deleted knowledge kn-2\n"
+    assert _count() == 0
+
+    again = teamflow("knowledge", "delete", "kn-1", "--json")
+    assert again.returncode == 1
+    assert again.stderr == "teamflow: error: no knowledge entry 'kn-1'\n"
+
+
+def _step(relics: list[str]) -> dict:
+    return {"status": "EXECUTING", "context": {"knowledge_relics": relics,
+            "security_level": "user"}, "thoughts": [], "actions": [], "stop": False}  # fmt: skip
+
+
+def test_delete_is_refused_while_a_members_playbook_names_the_entry(store: str) -> None:
+    from factories import TEAM, research_team
+
+    from models import team as teams
+
+    research_team()
+    entry = _add("--type", "text", "--content", "bands", "--summary", "Pay", "--id", "kn-pay")
+    _add("--type", "text", "--content", "other", "--summary", "Other", "--id", "kn-other")
+    # Named by a step of a per-task playbook: every place a playbook holds steps counts.
+    teams.update_member(TEAM, "analyst-2", runtime={
+        "kind": "scripted", "playbook": [_step(["kn-other"])],
+        "tasks": {"Q4 brief": [_step(["memory", "kn-pay"])]},
+    })  # fmt: skip
+
+    refused = teamflow("knowledge", "delete", "kn-pay", "--json")
+    assert refused.returncode == 1
+    assert refused.stderr == (
+        "teamflow: error: knowledge entry 'kn-pay' is in the knowledge_relics of the playbook "
+        f"of analyst-2@{TEAM}; take it out there first (teamflow member set TEAM NAME "
+        "--playbook FILE)\n"
+    )
+    assert _stored("kn-pay") == entry
+
+    # Once the playbook no longer names it, it goes.
+    teams.update_member(TEAM, "analyst-2", runtime={"kind": "scripted",
+                                                    "playbook": [_step(["kn-other"])]})  # fmt: skip
+    assert teamflow("knowledge", "delete", "kn-pay").returncode == 0
+    assert teamflow("knowledge", "delete", "kn-other").returncode == 1
