@@ -64,6 +64,7 @@ def add_member(
     tmux_pane_id: str | None = None,
     plan_mode_required: bool | None = None,
     runtime: dict | None = None,
+    prompt_template: dict | None = None,
     session: Session | None = None,
 ) -> Member:
     """Adds a member (see `models.team.insert_member`) with its inbox; a member other than
@@ -81,6 +82,7 @@ def add_member(
             tmux_pane_id=tmux_pane_id,
             plan_mode_required=plan_mode_required,
             runtime=runtime,
+            prompt_template=prompt_template,
         )
         create_inbox(s, team, name)
         if name != get_team(s, team).lead:

@@ -454,9 +454,12 @@ def insert_member(
     tmux_pane_id: str | None = None,
     plan_mode_required: bool | None = None,
     runtime: dict | None = None,
+    prompt_template: dict[str, Any] | None = None,
 ) -> Member:
     """The row of a new member: `agentId` derived, colour in the seed's order unless given,
-    active. Its inbox is `models.membership.add_member`'s business."""
+    active. A prompt made from a template records where it came from, `prompt_template`, in
+    the member's `metadata.promptTemplate` (as `update_member` does). Its inbox is
+    `models.membership.add_member`'s business."""
     team_row = get_team(session, team)
     check_member_name(name)
     if session.get(Member, (team, name)) is not None:
@@ -484,6 +487,7 @@ def insert_member(
     position = max((m.position for m in members), default=-1) + 1
     member = Member.from_wire(team, wire, position=position)
     member.runtime = runtime or {}
+    member.meta = _meta_with_prompt_template(member.meta, prompt_template)
     session.add(member)
     session.flush()
     team_row.updated_at = utcnow()

@@ -253,3 +253,65 @@ def test_member_set_from_a_bad_template_changes_nothing(
     after = _member()
     assert (after.prompt, after.meta, after.model) == (before.prompt, before.meta, "haiku")
     assert _config_member(home) == written
+
+
+# --- a new member's prompt from a template -------------------------------------------------
+
+
+def test_member_add_makes_the_prompt_from_a_template(analyst: str, home: Path) -> None:
+    research_team(analysts=0)
+    result = teamflow(
+        "member", "add", TEAM, "analyst-1", "--model", "haiku", "--template", "analyst",
+        "--version", "1", "--var", "region=EMEA", "--var", "quarter=Q4", "--json",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    origin = {"templateId": "analyst", "version": 1, "vars": {"region": "EMEA", "quarter": "Q4"}}
+    prompt = "You analyse EMEA sales for Q4. Start with EMEA."
+    added = json.loads(result.stdout)
+    assert (added["prompt"], added["metadata"]["promptTemplate"]) == (prompt, origin)
+    shown = json.loads(teamflow("member", "show", TEAM, "analyst-1", "--json").stdout)
+    assert (shown["prompt"], shown["promptTemplate"]) == (prompt, origin)
+    written = _config_member(home)
+    assert (written["prompt"], written["metadata"]["promptTemplate"]) == (prompt, origin)
+    # Its first inbox message, the system init, is the prompt made.
+    inbox = json.loads((home / "teams" / TEAM / "inboxes" / "analyst-1.json").read_text())
+    assert inbox[0]["text"] == prompt
+
+    # Without --version: the latest (v2, which also needs style).
+    latest = teamflow(
+        "member", "add", TEAM, "analyst-2", "--model", "sonnet", "--template", "analyst",
+        "--var", "region=APAC", "--var", "quarter=Q1", "--var", "style=briefly",
+    )  # fmt: skip
+    assert latest.returncode == 0, latest.stderr
+    second = json.loads(teamflow("member", "show", TEAM, "analyst-2", "--json").stdout)
+    assert second["promptTemplate"]["version"] == 2
+    assert second["prompt"].endswith("Write briefly.")
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--template", "analyst", "--var", "quarter=Q4", "--var", "style=x"],
+         "missing variable 'region' for template 'analyst' v2"),
+        (["--template", "analyst", "--version", "1", "--var", "region=E", "--var", "quarter=Q",
+          "--var", "x=1"], "template 'analyst' v1 has no variable 'x'"),
+        (["--template", "ghost"], "no template 'ghost'"),
+        (["--template", "analyst", "--version", "3"], "has no version 3"),
+        (["--template", "analyst", "--prompt", "p"], "--prompt or --template, not both"),
+        (["--prompt", "p", "--var", "region=EMEA"], "--var and --version go with --template"),
+        ([], "give the member's prompt: --prompt TEXT or --template ID"),
+    ],
+)  # fmt: skip
+def test_member_add_from_a_bad_template_adds_nothing(
+    analyst: str, home: Path, args: list[str], says: str
+) -> None:
+    research_team(analysts=0)
+    written = (home / "teams" / TEAM / "config.json").read_text()
+    result = teamflow("member", "add", TEAM, "analyst-1", "--model", "haiku", *args, "--json")
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and says in result.stderr, result.stderr
+    assert json.loads(result.stdout)["status"] == "error"
+    with Session(db.engine()) as s:
+        assert s.get(Member, (TEAM, "analyst-1")) is None
+    assert (home / "teams" / TEAM / "config.json").read_text() == written
+    assert not (home / "teams" / TEAM / "inboxes" / "analyst-1.json").exists()

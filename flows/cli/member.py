@@ -98,6 +98,41 @@ ToolOpt = Annotated[
 ]  # fmt: skip
 
 
+TemplateOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--template", metavar="ID", help="The prompt is this template, filled in with --var."
+    ),
+]
+TemplateVersionOpt = Annotated[
+    int | None,
+    typer.Option("--version", metavar="N", help="--template: this version (default: latest)."),
+]
+TemplateVarsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--var", metavar="NAME=VALUE", help="--template: a variable (repeat)."),
+]
+
+
+def _prompt(
+    prompt: str | None, template: str | None, version: int | None, variables: list[str] | None
+) -> tuple[str | None, dict | None]:
+    """The prompt the options give and the template it was made from (None: given as text):
+    `--prompt`, or `--template` filled in with `--var` (`models.prompt_template.render`
+    refuses a missing or unknown variable by name). (None, None) when neither is given."""
+    if template is None:
+        if variables or version is not None:
+            fail("--var and --version go with --template")
+        return prompt, None
+    if prompt is not None:
+        fail("give --prompt or --template, not both")
+    from flows.cli.template import parse_vars
+    from models.prompt_template import render
+
+    rendered = render(template, parse_vars(variables), version=version)
+    return rendered.text, rendered.origin()
+
+
 def _member_json(m) -> dict:
     return m.to_wire().to_wire()
 
@@ -119,7 +154,13 @@ def member_add(
     model: Annotated[
         str, typer.Option("--model", help="haiku, sonnet, opus, or one the team allows.")
     ],
-    prompt: Annotated[str, typer.Option("--prompt", help="The member's system prompt.")],
+    prompt: Annotated[
+        str | None,
+        typer.Option("--prompt", help="The member's system prompt (or give --template)."),
+    ] = None,
+    template: TemplateOpt = None,
+    template_version: TemplateVersionOpt = None,
+    template_vars: TemplateVarsOpt = None,
     agent_type: Annotated[
         str, typer.Option("--type", help="general-purpose or specialized.")
     ] = "general-purpose",
@@ -150,12 +191,17 @@ def member_add(
 ) -> None:
     """Adds a member to a team (agentId name@team, active, with an initial system message).
 
-    A member runs tasks only with a runtime: `--runtime command --command "..."`,
-    `--runtime openai --base-url URL --llm-model NAME` or `--runtime scripted --playbook FILE`
-    (or later, `teamflow member set`).
+    The prompt is `--prompt TEXT`, or `--template ID [--version N] --var NAME=VALUE ...`: a
+    template (`teamflow template add`) filled in, recorded with its values in the member's
+    metadata.promptTemplate. A member runs tasks only with a runtime: `--runtime command
+    --command "..."`, `--runtime openai --base-url URL --llm-model NAME` or `--runtime
+    scripted --playbook FILE` (or later, `teamflow member set`).
     """
     from models import membership
 
+    prompt, origin = _prompt(prompt, template, template_version, template_vars)
+    if prompt is None:
+        fail("give the member's prompt: --prompt TEXT or --template ID --var NAME=VALUE")
     config = _runtime(
         None, kind=runtime, command=command, timeout=timeout, env=env, cwd=cwd,
         base_url=base_url, llm_model=llm_model, api_key_env=api_key_env,
@@ -164,6 +210,7 @@ def member_add(
     member = membership.add_member(
         team_name, name, model=model, prompt=prompt, agent_type=agent_type, backend=backend,
         color=color, tmux_pane_id=pane, plan_mode_required=plan_mode or None, runtime=config,
+        prompt_template=origin,
     )  # fmt: skip
     if as_json:
         emit(_member_json(member))
@@ -181,20 +228,9 @@ def member_set(
     prompt: Annotated[
         str | None, typer.Option("--prompt", help="The member's system prompt.")
     ] = None,
-    template: Annotated[
-        str | None,
-        typer.Option(
-            "--template", metavar="ID", help="The prompt is this template, filled in with --var."
-        ),
-    ] = None,
-    template_version: Annotated[
-        int | None,
-        typer.Option("--version", metavar="N", help="--template: this version (default: latest)."),
-    ] = None,
-    template_vars: Annotated[
-        list[str] | None,
-        typer.Option("--var", metavar="NAME=VALUE", help="--template: a variable (repeat)."),
-    ] = None,
+    template: TemplateOpt = None,
+    template_version: TemplateVersionOpt = None,
+    template_vars: TemplateVarsOpt = None,
     plan_mode: Annotated[
         bool | None,
         typer.Option(
@@ -234,17 +270,7 @@ def member_set(
     row = next((m for m in current if m.name == name), None)
     if row is None:
         fail(f"team {team_name!r} has no member named {name!r}")
-    origin = None
-    if template is not None:
-        if prompt is not None:
-            fail("give --prompt or --template, not both")
-        from flows.cli.template import parse_vars
-        from models.prompt_template import render
-
-        rendered = render(template, parse_vars(template_vars), version=template_version)
-        prompt, origin = rendered.text, rendered.origin()
-    elif template_vars or template_version is not None:
-        fail("--var and --version go with --template")
+    prompt, origin = _prompt(prompt, template, template_version, template_vars)
     config = _runtime(
         row.runtime, kind=runtime, command=command, timeout=timeout, env=env, cwd=cwd,
         base_url=base_url, llm_model=llm_model, api_key_env=api_key_env,
