@@ -5,9 +5,16 @@
   file, the field and the reason, and nothing is written.
 - `export_team(NAME, DIR)`: the team's `config.json` and inboxes, as teamflow mirrors them.
 - `backup(NAME, FILE)`: a `.tar.gz` of `teams/{team}` and `tasks/{team}` and a dump of every
-  database row of the team (`teamflow-backup.json`).
+  database row of the team (`teamflow-backup.json`), with the places of its tasks in projects
+  (their `000` contexts) and the definitions of those projects.
 - `restore(FILE)`: the reverse; refuses to overwrite an existing team without `force`, and
   refuses any archive member that would land outside the team's folders.
+
+Projects are global: other teams' tasks may be in them. A restore puts each task back in its
+project; a project the database does not have is restored from the backup's definition (a
+backup restored into a new database keeps its projects), one it has is left as it is. A task
+whose milestone that project no longer has goes back in the project without a milestone, and
+the restore says so (`Restored.notes`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import json
 import os
 import tarfile
 import uuid
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -36,7 +44,14 @@ from models.inbox import (
     check_text,
     refresh_file,
 )
-from models.knowledge import MemoryRow, memories_changed, vector_bytes
+from models.knowledge import (
+    ContextRow,
+    MemoryRow,
+    ProjectDefinition,
+    ProjectRow,
+    memories_changed,
+    vector_bytes,
+)
 from models.limits import LimitError, loads_json, read_capped
 from models.membership import delete_team
 from models.tables import clear_rows, metadata, team_rows
@@ -45,12 +60,23 @@ from models.wire_support import error_lines
 
 DUMP = "teamflow-backup.json"
 MEMORIES: sa.Table = MemoryRow.__table__  # type: ignore[attr-defined]
+CONTEXTS: sa.Table = ContextRow.__table__  # type: ignore[attr-defined]
 BACKUP_FORMAT = 1
 _Inbox = TypeAdapter(list[InboxMessage])
 
 
 class BackupError(ValueError):
     """A folder or archive teamflow refuses; says which file and why."""
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What `restore` did: the team, the projects it added, what it could not put back as
+    it was (one line each)."""
+
+    team: str
+    projects_added: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 # --- import and export ---------------------------------------------------------------------
@@ -195,12 +221,18 @@ def _from_json(column: sa.Column, value: Any) -> Any:
 
 
 def backup(name: str, out: Path, *, session: Session | None = None) -> Path:
-    """Writes `out` (.tar.gz): the team's folders and a dump of its database rows."""
+    """Writes `out` (.tar.gz): the team's folders, a dump of its database rows (its tasks'
+    places in projects among them) and the `000` definitions of the projects its tasks are in.
+    """
     out = Path(out)
     with session_scope(session) as s:
         get_team(s, name)
         rows = _team_rows(s, name)
-    dump = {"format": BACKUP_FORMAT, "team": name, "created": utcnow().isoformat(), "rows": rows}
+        projects = _projects_of(s, rows.get(CONTEXTS.name, []))
+    dump = {
+        "format": BACKUP_FORMAT, "team": name, "created": utcnow().isoformat(), "rows": rows,
+        "projects": projects,
+    }  # fmt: skip
     root = mirror.home()
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mirror.FILE_MODE)
     os.fchmod(fd, mirror.FILE_MODE)  # private, like everything under teams/ and tasks/
@@ -217,6 +249,17 @@ def backup(name: str, out: Path, *, session: Session | None = None) -> Path:
     return out
 
 
+def _projects_of(session: Session, contexts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `000` Project Definitions of the projects `contexts` (dumped rows) name."""
+    ids = sorted({c["project_id"] for c in contexts})
+    if not ids:
+        return []
+    found = session.exec(
+        sa.select(ProjectRow).where(ProjectRow.project_id.in_(ids))  # type: ignore[attr-defined]
+    ).scalars()
+    return [row.to_wire().to_wire() for row in found]
+
+
 def _no_links(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     if info.issym() or info.islnk():
         return None
@@ -225,8 +268,9 @@ def _no_links(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return info
 
 
-def restore(archive: Path, *, force: bool = False) -> str:
-    """Restores a team from a `backup` archive; returns its name.
+def restore(archive: Path, *, force: bool = False) -> Restored:
+    """Restores a team from a `backup` archive, its tasks' places in projects included (see
+    the module docstring); says what it did.
 
     Refuses an existing team unless `force` (which replaces it), and any archive member that
     is a link, a device, absolute, or outside `teams/{team}` and `tasks/{team}`.
@@ -250,6 +294,7 @@ def restore(archive: Path, *, force: bool = False) -> str:
         name = check_team_name(str(dump.get("team", "")))
         members = _checked_members(infos, name, archive)
         rows_by_table = _checked_rows(dump.get("rows"), name, archive)
+        projects = _checked_projects(dump.get("projects", []), archive)
         # One transaction: the old team goes only if the backup's rows go in.
         try:
             with session_scope() as s:
@@ -259,11 +304,15 @@ def restore(archive: Path, *, force: bool = False) -> str:
                 if exists:
                     delete_team(name, session=s)
                 clear_rows(s, name)  # rows of a team deleted before, keyed by agent id
+                restored = Restored(name)
                 for table in metadata.sorted_tables:
                     rows = [
                         {k: _from_json(table.c[k], v) for k, v in r.items()}
                         for r in rows_by_table.get(table.name, [])
                     ]
+                    if table is CONTEXTS:
+                        restored = _restore_places(s, name, rows, projects)
+                        continue
                     if table is MEMORIES:
                         for memory in rows:
                             memory["vector"] = vector_bytes(memory.get("embedding"))
@@ -289,7 +338,55 @@ def restore(archive: Path, *, force: bool = False) -> str:
     _write_config(name)
     for member in dump["rows"].get("members", []):
         refresh_file(name, member["name"])
-    return name
+    return restored
+
+
+def _checked_projects(projects: Any, archive: Path) -> dict[str, ProjectDefinition]:
+    """The backup's project definitions by id, each a valid `000` Project Definition."""
+    if not isinstance(projects, list):
+        raise BackupError(f"{archive}: {DUMP}: projects is not a list")
+    found: dict[str, ProjectDefinition] = {}
+    for i, project in enumerate(projects):
+        try:
+            definition = ProjectDefinition.model_validate(project)
+        except ValidationError as exc:
+            raise BackupError(f"{archive}: {DUMP}: projects[{i}].{error_lines(exc)[0]}") from None
+        found[definition.project_id] = definition
+    return found
+
+
+def _restore_places(
+    session: Session,
+    team: str,
+    contexts: list[dict[str, Any]],
+    carried: dict[str, ProjectDefinition],
+) -> Restored:
+    """Puts the team's tasks back in their projects (`contexts` rows): into the project the
+    database has, else the backup's definition of it, which is added."""
+    added: list[str] = []
+    notes: list[str] = []
+    for context in contexts:
+        project_id, milestone = context["project_id"], context.get("milestone_id")
+        row = session.get(ProjectRow, project_id)
+        if row is None and project_id in carried:
+            row = ProjectRow.from_wire(carried[project_id])
+            session.add(row)
+            session.flush()
+            added.append(project_id)
+        task = context["task_id"]
+        if row is None:
+            notes.append(f"task {task} is in no project now: project {project_id!r} is neither "
+                         "in this database nor in the backup")  # fmt: skip
+            continue
+        if milestone is not None and milestone not in row.milestones:
+            notes.append(f"task {task} is in project {project_id!r} without a milestone: the "
+                         f"project has no milestone {milestone!r} here")  # fmt: skip
+            parent = dict(context.get("parent_context") or {})
+            if parent.get("milestone_id") == milestone:
+                parent["milestone_id"] = None
+            context = {**context, "milestone_id": None, "parent_context": parent or None}
+        session.execute(CONTEXTS.insert(), [context])
+    return Restored(team, added, notes)
 
 
 def _check_restored_config(session: Session, team: str, archive: Path) -> None:
@@ -340,7 +437,7 @@ def _checked_rows(rows: Any, team: str, archive: Path) -> dict[str, list[dict[st
                 ours = row.get("name") == team
             elif "team" in table.c:
                 ours = row.get("team") == team
-            elif table_name == "task_assignees":
+            elif table_name in ("task_assignees", "task_dependencies", CONTEXTS.name):
                 ours = row.get("task_id") in tasks
             elif "agent_id" in table.c:
                 ours = str(row.get("agent_id")).endswith(f"@{team}")
@@ -353,6 +450,8 @@ def _checked_rows(rows: Any, team: str, archive: Path) -> dict[str, list[dict[st
                 )
             if table_name == InboxRow.__tablename__:
                 _check_message_row(row, archive)
+            if table_name == CONTEXTS.name and not isinstance(row.get("project_id"), str):
+                raise BackupError(f"{archive}: {DUMP}: a row of {table_name} has no project_id")
     return rows
 
 

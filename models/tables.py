@@ -16,6 +16,7 @@ import models.task
 import models.team
 import models.tool
 import models.watchdog
+import functools
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,10 +35,13 @@ def team_rows(session: Session, team: str) -> list[tuple[sa.Table, Any]]:
     """Every table holding rows of `team`, parents first, with the clause that selects them.
 
     A row belongs to a team by its `team` column, by an `agent_id` of the form
-    `{name}@{team}`, or (task assignees, task dependencies) by its task.
+    `{name}@{team}`, or (task assignees, task dependencies, and the `000` contexts that place
+    a task in a project: `models.project.place_task`) by its task. The contexts come right
+    after `tasks`, whose rows select them: `clear_rows` deletes them before their tasks.
     """
     found: list[tuple[sa.Table, Any]] = []
     tasks = metadata.tables["tasks"]
+    contexts = metadata.tables["contexts"]
     for table in metadata.sorted_tables:
         if table.name == "teams":
             found.append((table, table.c.name == team))
@@ -48,4 +52,20 @@ def team_rows(session: Session, team: str) -> list[tuple[sa.Table, Any]]:
             found.append((table, table.c.task_id.in_(ids)))
         elif "agent_id" in table.c:
             found.append((table, table.c.agent_id.like(f"%@{team}")))
+    ids = sa.select(_uuid_text(session, tasks.c.id)).where(tasks.c.team == team)
+    at = next(i for i, (table, _) in enumerate(found) if table is tasks) + 1
+    found.insert(at, (contexts, contexts.c.task_id.in_(ids.scalar_subquery())))
     return found
+
+
+def _uuid_text(session: Session, column: sa.Column) -> Any:
+    """A `sa.Uuid` column as the text `str(uuid)` gives, as a context's `task_id` holds it:
+    PostgreSQL casts its uuid; SQLite stores the 32 hex digits, to be put in groups."""
+    if session.get_bind().dialect.name == "postgresql":
+        return sa.cast(column, sa.String)
+    groups = [sa.func.substr(column, start, size, type_=sa.String) for start, size in _GROUPS]
+    return functools.reduce(lambda text, group: text + "-" + group, groups)
+
+
+_GROUPS = ((1, 8), (9, 4), (13, 4), (17, 4), (21, 12))
+"""Where the groups of a UUID's text are in its 32 hex digits (1-based, as SQL counts)."""

@@ -6,6 +6,7 @@ import io
 import json
 import os
 import tarfile
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,17 +14,27 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from factories import TEAM, fixture
+from prefect_server import teamflow as run_teamflow
 from sqlmodel import Session
 
-from models import backup, db, inbox, membership, presence
+from models import backup, db, inbox, membership, presence, project
 from models import team as teams
 from models.agent import MessageRow
 from models.alert import Alert
 from models.approval import PlanApproval
 from models.backup import BackupError
+from models.dependencies import add_blockers
+from models.knowledge import ContextRow, ProjectRow
 from models.shutdown import Shutdown
 from models.tables import metadata
-from models.task import TaskAssigneeRow, TaskMetricsRow, TaskRow, TaskStatus, TaskStatusRow
+from models.task import (
+    TaskAssigneeRow,
+    TaskMetricsRow,
+    TaskRow,
+    TaskStatus,
+    TaskStatusRow,
+    create_task,
+)
 from models.team import TeamError
 
 pytestmark = pytest.mark.usefixtures("db_url")
@@ -397,7 +408,7 @@ def test_backup_delete_restore_reproduces_the_team(tmp_path: Path, home: Path) -
     assert teams.list_teams() == []
     assert snapshot(home)[1] == {}
 
-    assert backup.restore(archive) == TEAM
+    assert backup.restore(archive).team == TEAM
     assert snapshot(home) == before
     assert inbox.sync(TEAM) == {"coordinator": (0, 0), "analyst-1": (0, 0), "analyst-2": (0, 0)}
     assert snapshot(home) == before
@@ -428,7 +439,7 @@ def test_restore_refuses_an_existing_team_unless_forced(tmp_path: Path, home: Pa
         backup.restore(archive)
     assert snapshot(home) == changed
 
-    assert backup.restore(archive, force=True) == TEAM
+    assert backup.restore(archive, force=True).team == TEAM
     assert snapshot(home) == before
     assert not (home / "teams" / TEAM / "inboxes" / "analyst-3.json").exists()
 
@@ -538,6 +549,14 @@ def _oversize_message(dump: dict) -> None:
             row["text"] = "x" * (1024 * 1024 + 1)
 
 
+def _other_team_context(dump: dict) -> None:
+    dump["rows"]["contexts"] = [{"project_id": "q4-launch", "task_id": str(uuid.uuid4())}]
+
+
+def _malformed_project(dump: dict) -> None:
+    dump["projects"] = [{"project_id": "q4-launch", "name": ""}]
+
+
 def _member_named(name: str) -> Callable[[dict], None]:
     """Renames the member at position 2 in the dump's rows (its config.json name)."""
 
@@ -598,6 +617,11 @@ BAD_ARCHIVES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
         r"members\[2\]\.name: '\.\./\.\./\.\./\.\./tmp/x' is not a member name",
     ),
     "unknown column": (_dump_with(_unknown_column), "teams has no column 'owner'"),
+    "a project place of another team's task": (
+        _dump_with(_other_team_context),
+        "a row of contexts belongs to another team",
+    ),
+    "a malformed project": (_dump_with(_malformed_project), r"projects\[0\]\.name"),
     "message over the size limit": (
         _dump_with(_oversize_message),
         r"message 'msg-task-001': message of 1048577 bytes is over the limit of 1048576",
@@ -653,4 +677,135 @@ def test_restore_checks_member_sizes_before_extracting_anything(
                 backup.restore(big)
         assert len(str(refused.value).splitlines()) == 1
         assert (row_counts(), files_under(tmp_path)) == before
-    assert backup.restore(big) == TEAM  # within the limits it restores
+    assert backup.restore(big).team == TEAM  # within the limits it restores
+
+
+# --- the team's tasks in projects ----------------------------------------------------------
+
+
+def place(team: str = TEAM) -> dict[str, str]:
+    """Project `q4-launch` (milestones m1-research, m2-report) with three tasks of `team`: two
+    in m1-research, the second blocked by the first, and one without a milestone."""
+    if not project.list_projects():
+        project.create_project(
+            "Q4 launch", description="Ship the Q4 analysis", milestones=["m1-research",
+            "m2-report"], tags=["sales"], project_id="q4-launch",
+        )  # fmt: skip
+    made = {}
+    with Session(db.engine()) as s:
+        for title, milestone in (("Collect", "m1-research"), ("Clean", "m1-research"),
+                                 ("Book a room", None)):  # fmt: skip
+            task = create_task(team, title=title, session=s)
+            project.place_task(task, "q4-launch", milestone, session=s)
+            made[title] = str(task.id)
+        add_blockers(s, s.get(TaskRow, uuid.UUID(made["Clean"])), [made["Collect"]])
+        s.commit()
+    return made
+
+
+def placed() -> dict[str, Any]:
+    """`project show q4-launch --json`, the task ids and titles per milestone."""
+    view = project.project_view("q4-launch")
+    return {
+        "milestones": {m: [(str(t.id), t.title) for t in ts] for m, ts in view.milestones.items()},
+        "without": [(str(t.id), t.title) for t in view.without_milestone],
+    }
+
+
+def contexts() -> list[dict[str, Any]]:
+    with Session(db.engine()) as s:
+        rows = s.exec(sa.select(ContextRow).order_by(ContextRow.task_id)).scalars()
+        return [row.to_wire().to_wire() for row in rows]
+
+
+def test_backup_and_restore_keep_the_tasks_places_in_projects(tmp_path: Path, home: Path) -> None:
+    populate(tmp_path, home)
+    tasks = place()
+    shown, links, before = placed(), contexts(), snapshot(home)
+    assert shown["milestones"]["m1-research"] == [(tasks["Collect"], "Collect"),
+                                                  (tasks["Clean"], "Clean")]  # fmt: skip
+    assert "contexts" in before[0] and "task_dependencies" in before[0]
+
+    archive = backup.backup(TEAM, tmp_path / "team.tar.gz")
+    membership.delete_team(TEAM)
+    # The project stays (it is global); no place of a deleted task is left behind.
+    assert contexts() == []
+    assert placed() == {"milestones": {"m1-research": [], "m2-report": []}, "without": []}
+
+    restored = backup.restore(archive)
+    assert (restored.team, restored.projects_added, restored.notes) == (TEAM, [], [])
+    assert (placed(), contexts(), snapshot(home)) == (shown, links, before)
+
+
+def test_restore_into_a_database_without_the_project_brings_the_project(
+    tmp_path: Path, home: Path
+) -> None:
+    populate(tmp_path, home)
+    place()
+    definition, shown, links = project.get_project("q4-launch").to_wire(), placed(), contexts()
+    archive = backup.backup(TEAM, tmp_path / "team.tar.gz")
+    membership.delete_team(TEAM)
+    with db.engine().begin() as conn:  # a new database: no project either
+        conn.execute(sa.delete(ProjectRow))
+
+    restored = backup.restore(archive)
+    assert (restored.projects_added, restored.notes) == (["q4-launch"], [])
+    assert project.get_project("q4-launch").to_wire() == definition
+    assert (placed(), contexts()) == (shown, links)
+
+
+def test_a_project_here_is_kept_and_a_milestone_it_lacks_is_said(
+    tmp_path: Path, home: Path
+) -> None:
+    populate(tmp_path, home)
+    tasks = place()
+    archive = backup.backup(TEAM, tmp_path / "team.tar.gz")
+    membership.delete_team(TEAM)
+    with db.engine().begin() as conn:  # another project under that id, without m1-research
+        conn.execute(sa.delete(ProjectRow))
+    here = project.create_project("Other", description="d", milestones=["m2-report"],
+                                  project_id="q4-launch")  # fmt: skip
+
+    restored = backup.restore(archive)
+    assert restored.projects_added == []
+    assert sorted(restored.notes) == sorted(
+        f"task {tasks[t]} is in project 'q4-launch' without a milestone: the project has no "
+        "milestone 'm1-research' here"
+        for t in ("Collect", "Clean")
+    )
+    assert project.get_project("q4-launch") == here
+    assert placed() == {
+        "milestones": {"m2-report": []},
+        "without": [(tasks["Collect"], "Collect"), (tasks["Clean"], "Clean"),
+                    (tasks["Book a room"], "Book a room")],
+    }  # fmt: skip
+    for link in contexts():
+        assert link["milestone_id"] is None
+        assert link["parent_context"] == {"project_id": "q4-launch", "milestone_id": None,
+                                          "task_id": None}  # fmt: skip
+
+
+def test_team_delete_removes_its_places_and_keeps_other_teams(tmp_path: Path, home: Path) -> None:
+    populate(tmp_path, home)
+    membership.create_team("other-team", description="Another team", lead="lead")
+    place()
+    theirs = place("other-team")
+    membership.delete_team(TEAM)
+    assert [c["task_id"] for c in contexts()] == sorted(theirs.values())
+    assert placed()["milestones"]["m1-research"] == [(theirs["Collect"], "Collect"),
+                                                     (theirs["Clean"], "Clean")]  # fmt: skip
+    assert project.list_projects()[0].project_id == "q4-launch"
+
+
+def test_team_restore_says_which_projects_it_brought(tmp_path: Path, home: Path) -> None:
+    populate(tmp_path, home)
+    place()
+    archive = backup.backup(TEAM, tmp_path / "team.tar.gz")
+    membership.delete_team(TEAM)
+    with db.engine().begin() as conn:
+        conn.execute(sa.delete(ProjectRow))
+    result = run_teamflow(["team", "restore", str(archive)])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        f"restored team {TEAM}\nrestored project q4-launch (this database did not have it)\n"
+    )

@@ -253,7 +253,17 @@ def team_restore(
     archive: Annotated[Path, typer.Argument(help="An archive written by `team backup`.")],
     force: Annotated[bool, typer.Option("--force", help="Replace a team of that name.")] = False,
 ) -> None:
-    """Restores a team from a backup (refuses to overwrite one without --force)."""
+    """Restores a team from a backup (refuses to overwrite one without --force).
+
+    Its tasks go back in their projects; a project this database does not have is restored
+    from the backup, one it has is kept as it is (each added project, and each task that
+    could not go back in its milestone, gets a line).
+    """
     from models import backup
 
-    typer.echo(f"restored team {backup.restore(archive, force=force)}")
+    restored = backup.restore(archive, force=force)
+    typer.echo(f"restored team {restored.team}")
+    for project in restored.projects_added:
+        typer.echo(f"restored project {project} (this database did not have it)")
+    for note in restored.notes:
+        typer.echo(f"teamflow: warning: {note}", err=True)
