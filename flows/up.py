@@ -286,7 +286,7 @@ def start_server(api: str, bind_host: str, home: Path, echo: Callable[[str], Non
     log = _log_path(home, "prefect-server.log")
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "server", "start",
+            [sys.executable, "-m", "flows.server", "start",
              "--host", bind_host, "--port", str(port), "--analytics-off"],
             env=server_env(api, bind_host, port, database_url),
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

@@ -1,0 +1,94 @@
+"""Prefect's server on SQLite: a transaction that reads, then writes, waits for a writer
+instead of failing (`flows.server`, which `teamflow up` starts the server with).
+
+The scenario is the one that made Prefect's services log "database is locked" under load
+(the automation triggers' `increment_bucket`, the task-run recorder, a run's state
+validation) and its API answer 503: transaction A reads, B writes and commits, A writes.
+It runs on Prefect's own SQLite configuration and a real database file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from prefect.server.database.configurations import AioSqliteConfiguration
+
+from flows.server import immediate_sqlite_transactions
+
+
+async def _read_then_write(path: Path) -> list[str]:
+    """A reads, B writes and commits meanwhile, then A writes; returns the rows written."""
+    config = AioSqliteConfiguration(connection_url=f"sqlite+aiosqlite:///{path}")
+    engine = await config.engine()
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("CREATE TABLE bucket (who TEXT)"))
+        b_may_write = asyncio.Event()
+
+        async def b() -> None:
+            await b_may_write.wait()
+            session = await config.session(engine)
+            async with session, config.begin_transaction(session):
+                await session.execute(sa.text("INSERT INTO bucket VALUES ('b')"))
+
+        writer = asyncio.create_task(b())
+        session = await config.session(engine)
+        async with session, config.begin_transaction(session):
+            await session.execute(sa.text("SELECT count(*) FROM bucket"))
+            b_may_write.set()
+            await asyncio.sleep(0.5)  # B commits here, unless it must wait for A
+            await session.execute(sa.text("INSERT INTO bucket VALUES ('a')"))
+        await writer
+        async with engine.connect() as conn:
+            return [row[0] for row in await conn.execute(sa.text("SELECT who FROM bucket"))]
+    finally:
+        await engine.dispose()
+
+
+def test_prefects_own_sqlite_transactions_fail_a_read_then_write_at_once(tmp_path: Path) -> None:
+    """What Prefect 3.8.8 does by itself: if this stops failing, Prefect has fixed it and
+    `flows.server` can go."""
+    with pytest.raises(sa.exc.OperationalError, match="database is locked"):
+        asyncio.run(_read_then_write(tmp_path / "prefect.db"))
+
+
+def test_with_flows_server_the_reader_holds_the_write_lock_and_the_other_writer_waits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = AioSqliteConfiguration.begin_transaction
+    monkeypatch.setattr(AioSqliteConfiguration, "begin_transaction", original)  # undone after
+    immediate_sqlite_transactions()
+    immediate_sqlite_transactions()  # a second call changes nothing
+    assert AioSqliteConfiguration.begin_transaction.__wrapped__ is original
+
+    assert asyncio.run(_read_then_write(tmp_path / "prefect.db")) == ["a", "b"]
+
+
+def test_the_log_check_tolerates_only_a_flush_retried_whole(tmp_path: Path) -> None:
+    """What `assert_clean_log` lets pass: the task-run recorder's flush that failed on the
+    write lock and is retried with nothing dropped; a drop, or any other error, fails."""
+    from prefect_server import log_errors
+
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "x.py", line 1, in flush\n'
+        "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked\n"
+    )
+    retried = (
+        "14:33:56.216 | ERROR   | prefect.server.services.task_run_recorder - "
+        "Error flushing 1 events (1 to retry, 0 dropped)\n" + traceback
+    )
+    dropped = retried.replace("(1 to retry, 0 dropped)", "(0 to retry, 1 dropped)")
+    other = "14:33:57.001 | ERROR   | prefect.server - Encountered error\n" + traceback
+    fine = "14:33:58.000 | INFO    | prefect.server - all well\n"
+    log = tmp_path / "prefect-server.log"
+
+    log.write_text("banner\n" + retried + fine)
+    assert log_errors(log) == []
+    log.write_text(retried + dropped + fine)
+    assert len(log_errors(log)) == 3 and "1 dropped" in log_errors(log)[0]
+    log.write_text(fine + other)
+    assert log_errors(log)[0].endswith("Encountered error")
