@@ -87,10 +87,10 @@ def _empty_tables(url: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def prefect_api() -> Iterator[str]:
-    """A Prefect server for this module's flow runs (started once: it takes seconds)."""
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prefect server for this module's flow runs (started once: it takes seconds);
+    the module fails if the server logged an error."""
+    from prefect_server import harness
 
-    with prefect_test_harness(server_startup_timeout=120):
-        yield PREFECT_API_URL.value()
+    with harness(tmp_path_factory.mktemp("prefect")) as api:
+        yield api

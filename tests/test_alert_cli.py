@@ -74,7 +74,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                     temporary_settings(updates={PREFECT_API_URL: server.api}),
                 ):
                     yield Env(server, env, tmp)
-                assert_clean_log(server)
+                assert_clean_log(server.log)
         finally:
             db.dispose_engines()
 

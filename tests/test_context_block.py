@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 from factories import TEAM
-from prefect.testing.utilities import prefect_test_harness
 from pydantic import ValidationError
 
 from flows.runtimes import tool_results
@@ -229,14 +228,8 @@ def test_without_a_context_block_there_is_no_scope(db_url: str) -> None:
 # --- whole team tasks ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def prefect():
-    with prefect_test_harness(server_startup_timeout=120):  # slow on a busy machine
-        yield
-
-
 @pytest.fixture
-def team(prefect, home: Path, db_url: str, data: Path) -> Path:
+def team(prefect_api: str, home: Path, db_url: str, data: Path) -> Path:
     membership.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")
     install_builtin_tools()
     store_docs(data)

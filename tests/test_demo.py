@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from prefect.testing.utilities import prefect_test_harness
+from prefect_server import harness
 
 from flows import demo
 from models import inbox
@@ -28,7 +28,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> dict:
     patch.setenv("PREFECT_API_URL", "")  # never a server left running elsewhere
     lines: list[str] = []
     try:
-        with prefect_test_harness(server_startup_timeout=120):  # slow on a busy machine
+        with harness(tmp_path_factory.mktemp("prefect")):
             summary = demo.run(echo=lines.append)
         yield {"summary": summary, "home": home, "lines": lines}
     finally:

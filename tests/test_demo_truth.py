@@ -30,7 +30,6 @@ from prefect.client.schemas.filters import (
     LogFilter,
     LogFilterFlowRunId,
 )
-from prefect.testing.utilities import prefect_test_harness
 from sqlmodel import Session, select
 
 from flows import demo
@@ -44,14 +43,8 @@ TEAM = demo.TEAM
 DENIAL = "Add a comparison with Q3 before anything else."
 
 
-@pytest.fixture(scope="module")
-def harness() -> Any:
-    with prefect_test_harness(server_startup_timeout=120):  # a busy machine starts it slowly
-        yield
-
-
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, harness: Any) -> Path:
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_api: str) -> Path:
     monkeypatch.setenv("TEAMFLOW_HOME", str(tmp_path))
     monkeypatch.setenv("TEAMFLOW_DATABASE_URL", f"sqlite:///{tmp_path / 'teamflow.db'}")
     monkeypatch.setenv("PREFECT_API_URL", "")  # the harness's server, never another one

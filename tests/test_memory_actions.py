@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from factories import TEAM
-from prefect.testing.utilities import prefect_test_harness
 from sqlmodel import select
 
 from flows.team_task import run_team_task
@@ -26,14 +25,8 @@ from models.team import agent_id
 FINDING = "Q4 revenue peaked in the Northeast region, driven by enterprise renewals"
 
 
-@pytest.fixture(scope="module")
-def prefect():
-    with prefect_test_harness(server_startup_timeout=120):  # slow on a busy machine
-        yield
-
-
 @pytest.fixture
-def team(prefect, home: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+def team(prefect_api: str, home: Path, db_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
     for name in ("TEAMFLOW_EMBEDDINGS_URL", "TEAMFLOW_EMBEDDER"):  # full text only
         monkeypatch.delenv(name, raising=False)
     membership.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")

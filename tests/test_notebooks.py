@@ -227,7 +227,7 @@ def test_approvals_shows_waits_outcomes_revisions_and_timeouts(db_url: str, home
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A database the demo filled (`teamflow demo`'s run, once for the module)."""
-    from prefect.testing.utilities import prefect_test_harness
+    from prefect_server import harness
 
     from flows import demo
 
@@ -241,7 +241,7 @@ def demo_db(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     for key, value in env.items():
         patch.setenv(key, value)
     try:
-        with prefect_test_harness(server_startup_timeout=120):
+        with harness(tmp_path_factory.mktemp("prefect")):
             demo.run(echo=lambda _line: None)
     finally:
         db.dispose_engines()

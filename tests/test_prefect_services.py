@@ -74,7 +74,7 @@ def scheduled_run_completes(tmp_path: Path, teamflow_url: str, prefect_url: str 
             )
 
             def completed_runs() -> list:
-                assert_clean_log(server)  # a service that fails will not schedule: fail now
+                assert_clean_log(server.log)  # a service that fails will not schedule: fail now
                 return client.read_flow_runs(
                     deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])),
                     flow_run_filter=FlowRunFilter(
@@ -92,7 +92,7 @@ def scheduled_run_completes(tmp_path: Path, teamflow_url: str, prefect_url: str 
         alerts = [m for m in inbox.messages(TEAM, "coordinator") if m.type == "system_alert"]
         assert alerts and alerts[0].payload["alert_name"] == "pulse"
         assert alerts[0].payload["alert_type"] == "SCHEDULED_EVENT"
-        assert_clean_log(server)
+        assert_clean_log(server.log)
 
 
 def test_prefect_scheduler_makes_a_run_a_worker_completes_on_sqlite(

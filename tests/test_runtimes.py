@@ -773,16 +773,8 @@ def test_a_key_written_into_the_config_is_refused() -> None:
         runtime_for({"kind": "openai", "base_url": "http://x/v1", "api_key": KEY})
 
 
-@pytest.fixture(scope="module")
-def prefect_api() -> Any:
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
-
-
 def test_the_key_can_come_from_a_prefect_secret_block(
-    prefect_api: None, server: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    prefect_api: str, server: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
     from prefect.blocks.system import Secret
 

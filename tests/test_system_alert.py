@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
-from prefect.testing.utilities import prefect_test_harness
 from sqlmodel import Session
 
 from flows.system_alert import system_alert
@@ -18,12 +15,6 @@ from models import db, inbox
 from models import team as teams
 from models.alert import Alert
 from models.notification import SystemAlertNotification
-
-
-@pytest.fixture(scope="module")
-def harness() -> Iterator[None]:
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
 
 
 def alert(**parameters):
@@ -45,7 +36,7 @@ def run_tags(state) -> list[str]:
 
 
 def test_an_alert_without_member_reaches_every_active_member(
-    harness: None, db_url: str, home: Path
+    prefect_api: str, db_url: str, home: Path
 ) -> None:
     research_team(analysts=3)
     teams.set_member(TEAM, "analyst-3", is_active=False)
@@ -78,7 +69,7 @@ def test_an_alert_without_member_reaches_every_active_member(
 
 
 def test_an_alert_for_one_member_records_when_it_fired(
-    harness: None, db_url: str, home: Path
+    prefect_api: str, db_url: str, home: Path
 ) -> None:
     research_team()
     with Session(db.engine(db_url), expire_on_commit=False) as session:
@@ -109,7 +100,7 @@ def test_an_alert_for_one_member_records_when_it_fired(
 
 
 def test_an_alert_for_an_unknown_member_fails_and_delivers_nothing(
-    harness: None, db_url: str, home: Path
+    prefect_api: str, db_url: str, home: Path
 ) -> None:
     research_team()
 
@@ -121,7 +112,7 @@ def test_an_alert_for_an_unknown_member_fails_and_delivers_nothing(
         assert alerts_of(member) == []
 
 
-def test_an_unknown_alert_type_is_refused(harness: None, db_url: str, home: Path) -> None:
+def test_an_unknown_alert_type_is_refused(prefect_api: str, db_url: str, home: Path) -> None:
     research_team()
 
     state = alert(team=TEAM, alert_type="REMINDER", alert_name="x", message="x")

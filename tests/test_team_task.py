@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from factories import TEAM
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.team_task import run_team_task
 from models import inbox, membership
@@ -21,14 +20,8 @@ from models.task import TaskMetricsRow, create_task, get_task
 from models.tool import ToolDefinition, add_tool
 
 
-@pytest.fixture(scope="module")
-def prefect():
-    with prefect_test_harness(server_startup_timeout=120):  # slow on a busy machine
-        yield
-
-
 @pytest.fixture
-def team(prefect, home: Path, db_url: str) -> str:
+def team(prefect_api: str, home: Path, db_url: str) -> str:
     membership.create_team(TEAM, description="Q4 sales analysis team", lead="coordinator")
     add_tool(
         ToolDefinition.model_validate(

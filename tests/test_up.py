@@ -22,6 +22,7 @@ from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 from prefect_server import (
+    assert_clean_log,
     base_env,
     free_port,
     healthy,
@@ -176,6 +177,7 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         assert "stopping what teamflow up started" in (tmp_path / "up-1.log").read_text()
         assert not any(pid_alive(pid) for pid in pids)
         assert not healthy(api)
+        assert_clean_log(Path(env["TEAMFLOW_HOME"]) / "logs" / "prefect-server.log")
     finally:
         for process in (first, second):
             if process is not None:
@@ -278,6 +280,7 @@ def test_up_on_postgresql_runs_the_alert_deployment_to_completion(
             assert message.payload["alert_name"] == "tick-1"
             stop(process)
             assert not any(pid_alive(pid) for pid in pids)
+            assert_clean_log(Path(env["TEAMFLOW_HOME"]) / "logs" / "prefect-server.log")
         finally:
             stop(process)
             kill_pids(pids)
