@@ -12,8 +12,9 @@ poll as fallback) with Prefect's default `pause_flow_run` (a poll every 10 s):
 - API requests per second that M runs make while they all wait (every HTTP request the
   runs' process sends is counted by wrapping httpx).
 
-Runs against a temporary Prefect server on SQLite (`prefect_test_harness`) and a temporary
-teamflow database. Two more measurements, each on a real `prefect server start`:
+Runs against a temporary Prefect server on SQLite (`tests/prefect_server.harness`) and a
+temporary teamflow database. Two more measurements, each on a real server started as
+`teamflow up` starts it (`python -m flows.server start`):
 
 - `--deadlines 250`: 250 suspended plan runs due at the same moment; how late teamflow's
   clock (`flows.deadlines`) decides them and resumes their runs, next to how late Prefect's
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the test helpers start servers
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 # Prefect's server on SQLite logs "database is locked" tracebacks when many runs write at
@@ -154,7 +155,7 @@ def main() -> None:
     from prefect.context import FlowRunContext
     from prefect.exceptions import NotPausedError
     from prefect.flow_runs import apause_flow_run, resume_flow_run
-    from prefect.testing.utilities import prefect_test_harness
+    from prefect_server import harness
 
     from flows.plan_approval import PlanDecision, plan_approval, wait_for_input
     from models import approval
@@ -296,7 +297,7 @@ def main() -> None:
             thread.join(60)
         return [done[i] - started[i] for i in ids]
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with harness(home / "server"):
         print("teamflow plan approval: decision latency and server load (Prefect 3.8.8, SQLite)")
         print(f"decision call -> flow continues, {args.approvals} approvals:")
         if not args.decisions_only:
@@ -332,8 +333,9 @@ def main() -> None:
 
 
 def _real_server(home: Path) -> tuple[Any, Any]:
-    """`prefect server start` on a free port with its own home and SQLite database, and
-    this process pointed at it (and at a teamflow database under `home`).
+    """`python -m flows.server start` (as `teamflow up` starts it) on a free port with its
+    own home and SQLite database, and this process pointed at it (and at a teamflow
+    database under `home`).
 
     Returns `start()` (waits until it is healthy; again after a stop: same port and data)
     and `stop(server)`.
@@ -362,7 +364,7 @@ def _real_server(home: Path) -> tuple[Any, Any]:
 
     def start_server() -> subprocess.Popen:
         server = subprocess.Popen(
-            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1",
+            [sys.executable, "-m", "flows.server", "start", "--host", "127.0.0.1",
              "--port", str(port), "--analytics-off"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
