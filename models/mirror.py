@@ -252,8 +252,27 @@ def mark(session: Any, kind: str, key: tuple, version: int | None = None) -> Non
 
 
 def _after_commit(session: Any) -> None:
+    # Not written yet: SQLAlchemy gives the session's connection back to the pool only after
+    # this hook, and a writer reads with a connection of its own. Threads that each held one
+    # and waited here for a second emptied the pool (25 team-task runs in one worker: 30 s
+    # QueuePool timeouts). The files are written when the transaction has ended.
     pending = session.info.pop("teamflow_mirror", None)
     versions = session.info.pop("teamflow_mirror_versions", {})
+    if not pending:
+        return
+    committed = session.info.setdefault("teamflow_mirror_committed", {})
+    for kind, keys in pending.items():
+        committed.setdefault(kind, set()).update(keys)
+    done = session.info.setdefault("teamflow_mirror_committed_versions", {})
+    for at, version in versions.items():
+        done[at] = max(version, done.get(at, version))
+
+
+def _after_transaction_end(session: Any, transaction: Any) -> None:
+    if transaction.parent is not None:  # a savepoint or an inner transaction: not yet
+        return
+    pending = session.info.pop("teamflow_mirror_committed", None)
+    versions = session.info.pop("teamflow_mirror_committed_versions", {})
     if not pending:
         return
     # Configs first: a new member's inbox folder exists before its first message.
@@ -278,6 +297,7 @@ def install() -> None:
 
     if not event.contains(Session, "after_commit", _after_commit):
         event.listen(Session, "after_commit", _after_commit)
+        event.listen(Session, "after_transaction_end", _after_transaction_end)
         event.listen(Session, "after_soft_rollback", lambda s, _t: _after_rollback(s))
 
 
