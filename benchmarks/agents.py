@@ -218,7 +218,10 @@ def measure(database: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
         prefect_url, shared = stack.enter_context(benchmark_databases(tmp, postgres_url))
         names = _team(args.agents, args.steps, args.sleep)
         # At INFO, the server's access log has a line per request: its 503s are counted.
-        server = stack.enter_context(prefect_server(tmp, prefect_url, env=SERVER_LOG))
+        # It counts the errors in the server's log itself, below.
+        server = stack.enter_context(
+            prefect_server(tmp, prefect_url, env=SERVER_LOG, clean_log=False)
+        )
         register_deployments(server, tmp / "deploy.log")
         stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api}))
         client = stack.enter_context(get_client(sync_client=True))

@@ -135,7 +135,7 @@ def measure(
         server_url = None
         if server_database:
             server_url, _ = stack.enter_context(postgres_databases(server_database))
-        server = stack.enter_context(prefect_server(tmp, server_url))
+        server = stack.enter_context(prefect_server(tmp, server_url, clean_log=False))
         register_deployments(server, tmp / "deploy.log")
         stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api}))
         client = stack.enter_context(get_client(sync_client=True))

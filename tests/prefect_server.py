@@ -101,11 +101,12 @@ _RECORD = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} \| ", re.MULTILINE)
 # The one error record tolerated. Prefect 3.8.8's task-run recorder writes outside a
 # transaction, so `flows.server` cannot make that write wait for SQLite's write lock as it
 # makes transactions wait; under load it can fail at once with "database is locked". The
-# recorder then says so and writes the same events again, losing none ("0 dropped"). A
-# flush that drops events, or fails for another reason, is an error.
+# recorder then says so and writes the same events again, losing none ("0 dropped"). It
+# says the same when the server is stopped during a flush (`CancelledError`). A flush that
+# drops events, or fails for another reason, is an error.
 _RETRIED_FLUSH = re.compile(
     r"task_run_recorder - Error flushing \d+ events \(\d+ to retry, 0 dropped\)"
-    r"(?s:.*)database is locked"
+    r"(?s:.*)(database is locked|asyncio.exceptions.CancelledError)"
 )
 
 
