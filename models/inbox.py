@@ -191,7 +191,10 @@ TeamPayload = Annotated[
 ]
 """A structured `004` message, told apart by its `type`."""
 
-TeamPayloadAdapter: TypeAdapter[TeamPayload] = TypeAdapter(TeamPayload)
+# Built on first use, not at import: commands start faster.
+TeamPayloadAdapter: TypeAdapter[TeamPayload] = TypeAdapter(
+    TeamPayload, config=ConfigDict(defer_build=True)
+)
 
 PAYLOAD_TYPES = frozenset(
     {
@@ -250,29 +253,7 @@ class InboxRow(SQLModel, table=True):
     @classmethod
     def from_entry(cls, team: str, recipient: str, entry: InboxMessage) -> InboxRow:
         """A row from a `004` inbox entry (a structured entry's JSON text becomes its payload)."""
-        payload = None
-        if entry.type in PAYLOAD_TYPES:
-            try:
-                payload = TeamPayloadAdapter.validate_json(entry.text).model_dump(mode="json")
-            except ValueError:
-                payload = None
-        present = [k for k in ("messageId", "type", "metadata") if _was_set(entry, k)]
-        return cls(
-            message_id=entry.message_id or _new_message_id(),
-            team=team,
-            recipient=recipient,
-            sender=entry.from_,
-            text=entry.text,
-            summary=entry.summary,
-            timestamp=entry.timestamp,
-            color=entry.color.value,
-            read=entry.read,
-            type=entry.type.value if entry.type else None,
-            payload=payload,
-            meta=entry.metadata,
-            extra=dict(entry.model_extra or {}),
-            fields_set=present,
-        )
+        return cls(**_entry_values(team, recipient, entry))
 
     def to_entry(self) -> InboxMessage:
         """The row as a `004` inbox entry."""
@@ -390,11 +371,40 @@ def _entry_dict(row: Any) -> dict[str, Any]:
     return data
 
 
-def _was_set(model: WireModel, alias: str) -> bool:
-    for name, field in type(model).model_fields.items():
-        if (field.alias or name) == alias:
-            return name in model.model_fields_set
-    return False
+def _entry_values(
+    team: str, recipient: str, entry: InboxMessage, payload: Any = None
+) -> dict[str, Any]:
+    """An `InboxRow`'s attributes from a `004` inbox entry; `payload` None: a structured
+    entry's JSON text is parsed for it."""
+    if payload is None and entry.type in PAYLOAD_TYPES:
+        try:
+            payload = TeamPayloadAdapter.validate_json(entry.text).model_dump(mode="json")
+        except ValueError:
+            payload = None
+    fields_set = entry.model_fields_set
+    return {
+        "message_id": entry.message_id or _new_message_id(),
+        "team": team,
+        "recipient": recipient,
+        "recipient_agent_id": None,
+        "sender": entry.from_,
+        "text": entry.text,
+        "summary": entry.summary,
+        "timestamp": entry.timestamp,
+        "color": entry.color.value,
+        "read": entry.read,
+        "junk": False,
+        "type": entry.type.value if entry.type else None,
+        "category": None,
+        "payload": payload,
+        "meta": entry.metadata,
+        "extra": dict(entry.model_extra or {}),
+        "fields_set": [k for k, name in _OPTIONAL_KEYS if name in fields_set],
+    }
+
+
+_OPTIONAL_KEYS = (("messageId", "message_id"), ("type", "type"), ("metadata", "metadata"))
+"""The optional `004` keys an entry may leave out, with their `InboxMessage` attributes."""
 
 
 def _new_message_id() -> str:
@@ -684,9 +694,7 @@ def _check_route(session: Session, team: str, to: str, sender: str) -> str:
     check_member_name(sender)
     rows = {
         m.name: m
-        for m in session.exec(
-            select(Member).where(Member.team == team, Member.name.in_([to, sender]))
-        )
+        for m in _execute(session, _statement("route"), {"team": team, "to": to, "sender": sender})
     }
     recipient = rows.get(to)
     if recipient is None or not recipient.is_active:
@@ -703,8 +711,10 @@ def _check_route(session: Session, team: str, to: str, sender: str) -> str:
     return rows[sender].color
 
 
-def _check_sender_active(member: Member, team: str) -> None:
-    """A shut-down (inactive) member sends nothing; refused naming its state."""
+def _check_sender_active(member: Any, team: str) -> None:
+    """A shut-down (inactive) member sends nothing; refused naming its state.
+
+    `member`: a `Member`, or a row with its `name` and `is_active`."""
     if not member.is_active:
         raise InboxError(
             f"cannot send: sender {member.name!r} of team {team!r} is shut down (inactive)"
@@ -725,20 +735,88 @@ def _sender_color(session: Session, team: str, sender: str) -> str:
 
 def _bump(session: Session, team: str, member: str, *, appended: bool, by: int = 1) -> int:
     """Advances the inbox counter by `by` (row-locked until commit); returns the new `seq`."""
-    table = InboxCounter.__table__
-    values = {"version": table.c.version + by}
-    if appended:
-        values["seq"] = table.c.seq + by
-    result = session.execute(
-        sa.update(table)
-        .where(table.c.team == team, table.c.member == member)
-        .values(**values)
-        .returning(table.c.seq, table.c.version)
-    ).first()
+    statement = _statement("append" if appended else "change")
+    params = {"the_team": team, "the_member": member, "by": by}
+    result = _execute(session, statement, params).first()
     if result is None:
         raise InboxError(f"team {team!r} has no inbox for {member!r}")
     mark(session, "inbox", (team, member), version=result[1])
     return result[0]
+
+
+def _execute(session: Session, statement: Any, params: dict[str, Any]) -> sa.CursorResult:
+    """Runs a Core statement in the session's transaction, as `session.execute` would (the
+    session's pending objects are flushed first) but without the ORM's execution machinery,
+    which costs a send about as much as its statements do."""
+    if session.autoflush:
+        session.flush()
+    return session.connection().execute(statement, params)
+
+
+_STATEMENTS: dict[str, Any] = {}
+
+
+def _statement(name: str) -> Any:
+    """A statement of the send and mirror paths, built once per process: building one anew
+    (and computing its cache key) costs more than running it."""
+    statement = _STATEMENTS.get(name)
+    if statement is None:
+        statement = _STATEMENTS[name] = _build_statement(name)
+    return statement
+
+
+def _build_statement(name: str) -> Any:
+    p = sa.bindparam
+    members = Member.__table__
+    counters = InboxCounter.__table__
+    rows = InboxRow.__table__
+    # (Not `team`, `member`: an UPDATE reserves its columns' names for its SET values.)
+    inbox_counter = (counters.c.team == p("the_team")) & (counters.c.member == p("the_member"))
+    if name == "route":
+        return sa.select(members.c.name, members.c.is_active, members.c.color).where(
+            members.c.team == p("team"), members.c.name.in_([p("to"), p("sender")])
+        )
+    if name in ("append", "change"):
+        values = {"version": counters.c.version + p("by")}
+        if name == "append":
+            values["seq"] = counters.c.seq + p("by")
+        return (
+            sa.update(counters)
+            .where(inbox_counter)
+            .values(**values)
+            .returning(counters.c.seq, counters.c.version)
+        )
+    if name == "insert":
+        return rows.insert()
+    if name == "counter_entries":
+        entry = (
+            (rows.c.team == counters.c.team)
+            & (rows.c.recipient == counters.c.member)
+            & (rows.c.seq > p("since"))
+            & (rows.c.seq <= counters.c.seq)
+        )
+        return (
+            sa.select(
+                counters.c.seq.label("counter_seq"),
+                counters.c.version.label("counter_version"),
+                rows,
+            )
+            .select_from(counters.outerjoin(rows, entry))
+            .where(inbox_counter)
+            .order_by(rows.c.seq)
+        )
+    if name == "entries":
+        return (
+            sa.select(rows)
+            .where(
+                rows.c.team == p("team"),
+                rows.c.recipient == p("member"),
+                rows.c.seq > p("since"),
+                rows.c.seq <= p("until"),
+            )
+            .order_by(rows.c.seq)
+        )
+    raise KeyError(name)
 
 
 def _deliver(
@@ -776,14 +854,13 @@ def _deliver(
         validated = InboxMessage.model_validate(entry)
     except ValidationError as exc:
         raise InboxError("; ".join(error_lines(exc))) from None
-    row = InboxRow.from_entry(team, recipient, validated)
-    if payload is not None:
-        row.payload = payload
-    row.fields_set = None
-    row.seq = seq if seq is not None else _bump(session, team, recipient, appended=True)
-    session.add(row)
+    values = _entry_values(team, recipient, validated, payload)
+    values["fields_set"] = None
+    values["seq"] = seq if seq is not None else _bump(session, team, recipient, appended=True)
+    # A Core insert, not `session.add`: the unit of work costs a send more than the insert.
+    _execute(session, _statement("insert"), {_COLUMNS.get(k, k): v for k, v in values.items()})
     mark(session, "inbox", (team, recipient))
-    return row
+    return InboxRow(**values)
 
 
 def _summary(text: str) -> str:
@@ -933,26 +1010,29 @@ def refresh_file(
                     entries, bad = read_entries(path, snap.read(), snap.error)
                     take(entries)
                 with db.engine().connect().execution_options(teamflow_read_only=True) as conn:
-                    counter = _counter(conn, team, member)
-                    if counter is None:  # the member is gone
+                    spare = state.spare_state() if ours else None
+                    # The counter and the entries after the oldest version an append could
+                    # start from, in one statement (one snapshot on PostgreSQL too).
+                    since = spare.seq if spare is not None else state.seq if ours else 0
+                    found = _counter_and_entries(conn, team, member, since)
+                    if found is None:  # the member is gone
                         break
-                    seq, version = counter
+                    (seq, version), fetched = found
                     if ours and (seq, version) == (state.seq, state.version):
                         break  # another writer already wrote this version
+                    read = (conn, team, member, since, fetched, seq)
                     swapped = None
-                    spare = state.spare_state() if ours else None
                     if spare is not None and _appended_since(spare, seq, version):
-                        after = _entries(conn, team, member, spare.seq, seq)
+                        after = _entries_after(*read, spare.seq)
                         swapped = mirror.append_to_spare(path, spare, after)
                     if swapped is None:
                         data = None
                         if ours and _appended_since(state, seq, version):
                             old = snap.read()
                             if old is not None:
-                                after = _entries(conn, team, member, state.seq, seq)
-                                data = mirror.append_bytes(old, after)
+                                data = mirror.append_bytes(old, _entries_after(*read, state.seq))
                         if data is None:
-                            data = mirror.array_bytes(_entries(conn, team, member, 0, seq))
+                            data = mirror.array_bytes(_entries_after(*read, 0))
                         swapped = mirror.swap_in(path, data)
                 if snap is not None and snap.same_file(swapped.old_stat):
                     outside = None  # what was swapped out is the file read
@@ -1008,29 +1088,44 @@ def _appended_since(state: mirror.FileState, seq: int, version: int) -> bool:
     return seq >= state.seq and version - state.version == seq - state.seq
 
 
-def _counter(conn: sa.Connection, team: str, member: str) -> tuple[int, int] | None:
-    counter = conn.execute(
-        sa.select(InboxCounter.seq, InboxCounter.version).where(
-            InboxCounter.team == team, InboxCounter.member == member
-        )
-    ).first()
-    return None if counter is None else (counter[0], counter[1])
+def _counter_and_entries(
+    conn: sa.Connection, team: str, member: str, since: int
+) -> tuple[tuple[int, int], list[tuple[int, dict[str, Any]]]] | None:
+    """The inbox counter (seq, version) and the entries with `since` < seq <= its seq, each
+    as (seq, entry), oldest first; None if the inbox has no counter (its member is gone)."""
+    params = {"the_team": team, "the_member": member, "since": since}
+    counter = None
+    entries = []
+    for row in conn.execute(_statement("counter_entries"), params):
+        mapping = row._mapping
+        counter = (mapping["counter_seq"], mapping["counter_version"])
+        if mapping["seq"] is not None:  # None: no entry (an outer join)
+            entries.append((mapping["seq"], _entry_dict(_Attributes(mapping))))
+    return None if counter is None else (counter, entries)
+
+
+def _entries_after(
+    conn: sa.Connection,
+    team: str,
+    member: str,
+    since: int,
+    fetched: list[tuple[int, dict[str, Any]]],
+    until: int,
+    first: int,
+) -> list[dict[str, Any]]:
+    """The entries with `first` < seq <= `until`: from `fetched` (those after `since`) if it
+    holds them, else read."""
+    if first >= since:
+        return [entry for seq, entry in fetched if seq > first]
+    return _entries(conn, team, member, first, until)
 
 
 def _entries(
     conn: sa.Connection, team: str, member: str, since: int, until: int
 ) -> list[dict[str, Any]]:
     """The inbox's entries with `since` < seq <= `until`, oldest first."""
-    rows = conn.execute(
-        sa.select(InboxRow.__table__)
-        .where(
-            InboxRow.team == team,
-            InboxRow.recipient == member,
-            InboxRow.seq > since,
-            InboxRow.seq <= until,
-        )
-        .order_by(InboxRow.seq)
-    )
+    params = {"team": team, "member": member, "since": since, "until": until}
+    rows = conn.execute(_statement("entries"), params)
     return [_entry_dict(_Attributes(row._mapping)) for row in rows]
 
 

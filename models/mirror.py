@@ -28,7 +28,6 @@ import contextlib
 import fcntl
 import json
 import os
-import textwrap
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ from typing import Any
 
 from models.base import check_member_name, check_team_name
 from models.db import settings
-from models.limits import read_capped
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -54,8 +52,7 @@ def home() -> Path:
 def _inside(path: Path, root: Path) -> Path:
     # Names are validated (no `/`, no leading `.`) before they reach a path, so `path` is
     # below `root` by construction; this guards against a component that is a symlink.
-    parent = path.parent
-    if parent.is_symlink() or path.is_symlink():
+    if os.path.islink(path.parent) or os.path.islink(path):
         raise PathError(f"{path} is a symlink; teamflow does not follow links under its home")
     return path
 
@@ -144,8 +141,33 @@ def dump_json(data: Any) -> bytes:
     return (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
 
 
+_encode = json.JSONEncoder(ensure_ascii=False).encode
+"""JSON without indentation, by the C encoder (`indent` makes `json` build a pure-Python
+encoder on every call, the largest cost of writing an entry)."""
+
+
 def _entry_block(entry: dict) -> bytes:
-    return textwrap.indent(json.dumps(entry, indent=2, ensure_ascii=False), "  ").encode()
+    """`entry` as an element of `array_bytes`' array: `json.dumps(entry, indent=2)`, each line
+    indented two more spaces (no line of it is blank: strings escape their line breaks).
+
+    Built a member at a time: flat values (every one of an entry teamflow writes but
+    `metadata` and extra keys) by the C encoder, the others as `json.dumps` indents them."""
+    lines = []
+    for key, value in entry.items():
+        if not isinstance(key, str):  # JSON would write it as a string: leave that to json
+            return (
+                ("  " + json.dumps(entry, indent=2, ensure_ascii=False))
+                .replace("\n", "\n  ")
+                .encode()
+            )
+        if isinstance(value, (dict, list, tuple)) and value:
+            text = json.dumps(value, indent=2, ensure_ascii=False).replace("\n", "\n    ")
+        else:
+            text = _encode(value)
+        lines.append(f"    {_encode(key)}: {text}")
+    if not lines:
+        return b"  {}"
+    return ("  {\n" + ",\n".join(lines) + "\n  }").encode()
 
 
 def array_bytes(entries: list[dict]) -> bytes:
@@ -205,17 +227,43 @@ def _state_path(path: Path) -> Path:
 
 def read_state(path: Path) -> FileState | None:
     try:
-        return FileState(**json.loads(read_capped(_state_path(path), STATE_FILE_CAP)))
-    except (OSError, ValueError, TypeError, RecursionError):
+        fd = os.open(_state_path(path), os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            data = os.read(fd, STATE_FILE_CAP + 1)  # a regular file reads whole
+        finally:
+            os.close(fd)
+        if len(data) > STATE_FILE_CAP:
+            return None
+        fields = json.loads(data)
+        if fields.pop("check", None) != _checksum(fields):
+            return None  # read while being written, or not ours
+        return FileState(**fields)
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):
         return None
 
 
 def write_state(path: Path, state: FileState) -> None:
     # Written in place, under the same lock, not fsynced: a torn or lost state file only
     # costs one full rewrite after checking the file for outside changes (idempotent).
-    fd = os.open(_state_path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(state.__dict__))
+    # Not truncated either: on ext4, truncating a file whose last version is still being
+    # written back waits for the disk, and every append would. The new state is written
+    # over the old one, padded with spaces to its length (JSON allows them); a reader that
+    # takes no lock (`models.inbox._written_at`) may read a mix of the two, which its
+    # checksum refuses.
+    fields = state.__dict__
+    data = json.dumps({**fields, "check": _checksum(fields)}).encode()
+    fd = os.open(_state_path(path), os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        size = os.fstat(fd).st_size
+        _write_all(fd, data.ljust(size), 0)
+    finally:
+        os.close(fd)
+
+
+def _checksum(fields: dict) -> int:
+    import zlib
+
+    return zlib.crc32(json.dumps(fields, sort_keys=True).encode())
 
 
 def changed_outside(path: Path) -> bool:
