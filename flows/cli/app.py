@@ -3,35 +3,116 @@
 Commands are thin: they parse, call one store or flow function, and print. Commands that
 only touch data never import Prefect, so they start fast; a test checks `sys.modules`.
 Every command that prints data takes `--json`; bad input exits non-zero with one line.
-Each noun's commands live in their own module; this one only puts them together.
+Each noun's commands live in their own module; this one only puts them together, and
+imports a module only when one of its commands runs (or `--help` lists them).
 """
 
 from __future__ import annotations
 
+import importlib
 import sys
+from collections.abc import Iterator, MutableMapping
 
 import typer
+from typer.core import TyperGroup
 
-from flows.cli import (
-    alert,
-    db,
-    demo,
-    knowledge,
-    member,
-    memory,
-    metrics,
-    msg,
-    ops,
-    plan,
-    project,
-    status,
-    task,
-    team,
-    template,
-    tool,
-    validate,
-)
 from flows.cli.output import error
+
+COMMANDS = {
+    "validate": ("flows.cli.validate", "validate"),
+    "log": ("flows.cli.status", "log"),
+    "status": ("flows.cli.status", "status"),
+    "sync": ("flows.cli.status", "sync"),
+    "up": ("flows.cli.ops", "up"),
+    "worker": ("flows.cli.ops", "worker"),
+    "demo": ("flows.cli.demo", "demo"),
+    "metrics": ("flows.cli.metrics", "metrics"),
+}
+"""The root's commands: name -> (module, function), in the order `--help` lists them."""
+
+GROUPS = {
+    "db": ("flows.cli.db", "db_app"),
+    "team": ("flows.cli.team", "team_app"),
+    "member": ("flows.cli.member", "member_app"),
+    "msg": ("flows.cli.msg", "msg_app"),
+    "tool": ("flows.cli.tool", "tool_app"),
+    "plan": ("flows.cli.plan", "plan_app"),
+    "task": ("flows.cli.task", "task_app"),
+    "alert": ("flows.cli.alert", "alert_app"),
+    "memory": ("flows.cli.memory", "memory_app"),
+    "knowledge": ("flows.cli.knowledge", "knowledge_app"),
+    "template": ("flows.cli.template", "template_app"),
+    "project": ("flows.cli.project", "project_app"),
+}
+"""The root's command groups: name -> (module, Typer app)."""
+
+
+class _Commands(MutableMapping):
+    """The root's commands, each imported and built on first use: `teamflow msg send` imports
+    and builds the `msg` group only, not the other command modules (issue 16: CLI start)."""
+
+    def __init__(self, built: dict) -> None:
+        self.built = built
+
+    def __getitem__(self, name: str):
+        if name not in self.built:
+            if name not in COMMANDS and name not in GROUPS:
+                raise KeyError(name)
+            self.built[name] = _build(name)
+        return self.built[name]
+
+    def __setitem__(self, name: str, command) -> None:
+        self.built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self.built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from COMMANDS
+        yield from GROUPS
+        yield from (name for name in self.built if name not in COMMANDS and name not in GROUPS)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+class _LazyGroup(TyperGroup):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands = _Commands(dict(self.commands))
+
+
+def _build(name: str):
+    """The click command of one root command or group, as `add_typer`/`command` would give."""
+    from typer.main import get_command_from_info, get_group_from_info
+    from typer.models import TyperInfo
+
+    if name in GROUPS:
+        module, attribute = GROUPS[name]
+        group = getattr(importlib.import_module(module), attribute)
+        return get_group_from_info(
+            TyperInfo(group, name=name),
+            pretty_exceptions_short=app.pretty_exceptions_short,
+            rich_markup_mode=app.rich_markup_mode,
+            suggest_commands=app.suggest_commands,
+        )
+    module, attribute = COMMANDS[name]
+    holder = typer.Typer()
+    holder.command(None if name == attribute else name)(
+        getattr(importlib.import_module(module), attribute)
+    )
+    return get_command_from_info(
+        holder.registered_commands[0],
+        pretty_exceptions_short=app.pretty_exceptions_short,
+        rich_markup_mode=app.rich_markup_mode,
+    )
+
+
+def _root() -> None:
+    # Nothing to do before a command; a callback makes the root a group without any
+    # command registered up front (they come from `_Commands`).
+    pass
+
 
 app = typer.Typer(
     name="teamflow",
@@ -39,28 +120,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=_LazyGroup,
+    callback=_root,
 )
-app.add_typer(db.db_app, name="db")
-app.add_typer(team.team_app, name="team")
-app.add_typer(member.member_app, name="member")
-app.add_typer(msg.msg_app, name="msg")
-app.add_typer(tool.tool_app, name="tool")
-app.add_typer(plan.plan_app, name="plan")
-app.add_typer(task.task_app, name="task")
-app.add_typer(alert.alert_app, name="alert")
-app.add_typer(memory.memory_app, name="memory")
-app.add_typer(knowledge.knowledge_app, name="knowledge")
-app.add_typer(template.template_app, name="template")
-app.add_typer(project.project_app, name="project")
-
-app.command()(validate.validate)
-app.command("log")(status.log)
-app.command()(status.status)
-app.command()(status.sync)
-app.command()(ops.up)
-app.command()(ops.worker)
-app.command()(demo.demo)
-app.command()(metrics.metrics)
 
 
 def main() -> None:
