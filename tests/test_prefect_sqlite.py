@@ -96,3 +96,29 @@ def test_the_log_check_tolerates_only_a_flush_retried_whole(tmp_path: Path) -> N
     assert len(log_errors(log)) == 3 and "1 dropped" in log_errors(log)[0]
     log.write_text(fine + other)
     assert log_errors(log)[0].endswith("Encountered error")
+
+
+def test_the_log_check_tolerates_the_persister_dropping_a_batch_it_had_stored(
+    tmp_path: Path,
+) -> None:
+    """Prefect 3.8.8's defect after an outage (see `prefect_server._RESENT_EVENTS`): only
+    the empty insert that a batch of events already stored makes is let through."""
+    from prefect_server import log_errors
+
+    head = (
+        "15:29:30.051 | ERROR   | prefect.server.events.services.event_persister - "
+        "Max flush retries (5) reached, dropping 38 events\n"
+        "Traceback (most recent call last):\n"
+        "sqlalchemy.exc.IntegrityError: (sqlite3.IntegrityError) NOT NULL constraint failed: "
+        "events.occurred\n"
+    )
+    resent = head + (
+        "[SQL: INSERT INTO events (related_resource_ids, related, id, created, updated) "
+        "VALUES (:related_resource_ids, :related, :id, :created, :updated)]\n"
+    )
+    other = head + "[SQL: INSERT INTO events (occurred, event, resource_id, id) VALUES (...)]\n"
+    log = tmp_path / "prefect-server.log"
+    log.write_text(resent)
+    assert log_errors(log) == []
+    log.write_text(other)
+    assert "dropping 38 events" in log_errors(log)[0]
