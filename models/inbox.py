@@ -12,6 +12,7 @@ write it, and `type` names it, so both a person and a program can read the entry
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -753,19 +754,10 @@ def _execute(session: Session, statement: Any, params: dict[str, Any]) -> sa.Cur
     return session.connection().execute(statement, params)
 
 
-_STATEMENTS: dict[str, Any] = {}
-
-
+@functools.cache
 def _statement(name: str) -> Any:
     """A statement of the send and mirror paths, built once per process: building one anew
     (and computing its cache key) costs more than running it."""
-    statement = _STATEMENTS.get(name)
-    if statement is None:
-        statement = _STATEMENTS[name] = _build_statement(name)
-    return statement
-
-
-def _build_statement(name: str) -> Any:
     p = sa.bindparam
     members = Member.__table__
     counters = InboxCounter.__table__

@@ -229,16 +229,22 @@ def test_a_members_prompt_comes_from_a_template(analyst: str, home: Path) -> Non
     assert (again["prompt"], again["promptTemplate"]) == ("Just analyse.", None)
 
 
+BAD_TEMPLATE_CASES = [
+    (["--template", "analyst", "--var", "quarter=Q4", "--var", "style=x"],
+     "missing variable 'region' for template 'analyst' v2"),
+    (["--template", "analyst", "--version", "1", "--var", "region=E", "--var", "quarter=Q",
+      "--var", "x=1"], "template 'analyst' v1 has no variable 'x'"),
+    (["--template", "ghost"], "no template 'ghost'"),
+    (["--template", "analyst", "--version", "3"], "has no version 3"),
+    (["--template", "analyst", "--prompt", "p"], "--prompt or --template, not both"),
+]  # fmt: skip
+"""(options, what the refusal says) that `member set` and `member add` refuse alike."""
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--template", "analyst", "--var", "quarter=Q4", "--var", "style=x"],
-         "missing variable 'region' for template 'analyst' v2"),
-        (["--template", "analyst", "--version", "1", "--var", "region=E", "--var", "quarter=Q",
-          "--var", "x=1"], "template 'analyst' v1 has no variable 'x'"),
-        (["--template", "ghost"], "no template 'ghost'"),
-        (["--template", "analyst", "--version", "3"], "has no version 3"),
-        (["--template", "analyst", "--prompt", "p"], "--prompt or --template, not both"),
+        *BAD_TEMPLATE_CASES,
         (["--var", "region=EMEA"], "--var and --version go with --template"),
     ],
 )  # fmt: skip
@@ -291,13 +297,7 @@ def test_member_add_makes_the_prompt_from_a_template(analyst: str, home: Path) -
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["--template", "analyst", "--var", "quarter=Q4", "--var", "style=x"],
-         "missing variable 'region' for template 'analyst' v2"),
-        (["--template", "analyst", "--version", "1", "--var", "region=E", "--var", "quarter=Q",
-          "--var", "x=1"], "template 'analyst' v1 has no variable 'x'"),
-        (["--template", "ghost"], "no template 'ghost'"),
-        (["--template", "analyst", "--version", "3"], "has no version 3"),
-        (["--template", "analyst", "--prompt", "p"], "--prompt or --template, not both"),
+        *BAD_TEMPLATE_CASES,
         (["--prompt", "p", "--var", "region=EMEA"], "--var and --version go with --template"),
         ([], "give the member's prompt: --prompt TEXT or --template ID"),
     ],
