@@ -110,21 +110,9 @@ _RETRIED_FLUSH = re.compile(
 )
 
 
-# And one known defect of Prefect 3.8.8, left for now: after an outage, clients send again
-# events the server had already stored; when a whole batch of them is already stored, the
-# SQLite event persister inserts an empty row (`INSERT INTO events (related_resource_ids,
-# related, id, created, updated)`), fails on `events.occurred`, retries 5 times and drops
-# that batch: events it has. Seen only in the tests that stop and restart a server.
-_RESENT_EVENTS = re.compile(
-    r"event_persister - Max flush retries \(\d+\) reached, dropping \d+ events"
-    r"(?s:.*)NOT NULL constraint failed: events\.occurred"
-    r"(?s:.*)INSERT INTO events \(related_resource_ids, related, id, created, updated\)"
-)
-
-
 def log_errors(log: Path) -> list[str]:
     """The lines of a server's log that report an error (see `_LOG_ERROR`), leaving out
-    the records of `_RETRIED_FLUSH` and `_RESENT_EVENTS`."""
+    the records of `_RETRIED_FLUSH`."""
     if not log.exists():
         return []
     text = log.read_text()
@@ -133,7 +121,7 @@ def log_errors(log: Path) -> list[str]:
     return [
         line
         for record in records
-        if not _RETRIED_FLUSH.search(record) and not _RESENT_EVENTS.search(record)
+        if not _RETRIED_FLUSH.search(record)
         for line in record.splitlines()
         if _LOG_ERROR.search(line)
     ]
