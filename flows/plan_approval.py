@@ -8,14 +8,17 @@ recorded once, the member gets its `plan_approval_response` once, and the flow r
 Nobody deciding in time lets the team's timeout policy decide (deny, approve, or escalate
 to the lead and deny at a hard limit); teamflow keeps that time itself.
 
-A resume does not wait for a poll as with `pause_flow_run` (every 10 s): the run listens on
-Prefect's event stream for its own `prefect.flow-run.Running` event, so a resume reaches it
-in well under a second. It still reads its run every `TEAMFLOW_PAUSE_POLL_SECONDS` (default
-10), because the stream now and then loses an event; a resume from the form is then taken
-at the next read instead of at once. It also looks at teamflow's database every couple of
-seconds, which costs the Prefect server nothing and catches a decision whose resume did not
-get through. A waiting run outlives a restart of the Prefect server: while the stream is
-down it polls, listens again as soon as it can, and takes a decision recorded meanwhile.
+A resume does not wait for a poll as with `pause_flow_run` (every 10 s): the run hears its
+`prefect.flow-run.Running` event on Prefect's event stream, so a resume reaches it in well
+under a second. Every run waiting in a process shares one subscription and one batched read
+of their runs every `TEAMFLOW_PAUSE_POLL_SECONDS` (default 10; `flows.run_watch`), so 500
+waiting runs cost the server a read or three every 10 s, not 50 requests a second. The read
+is there because the stream now and then loses an event; a resume from the form is then
+taken at the next read instead of at once. Each run also looks at teamflow's database every
+couple of seconds, which costs the Prefect server nothing and catches a decision whose
+resume did not get through. A waiting run outlives a restart of the Prefect server: while
+the stream is down the watch reads every couple of seconds and subscribes again, and the
+run takes a decision recorded meanwhile.
 
 Long waits: a run started from a deployment waits in process for
 `TEAMFLOW_SUSPEND_AFTER_SECONDS` (default 60), then suspends: its worker is free, and its
@@ -29,7 +32,6 @@ resumes the run.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import uuid
 from collections.abc import Awaitable, Callable
@@ -37,19 +39,18 @@ from datetime import datetime, timedelta
 from typing import Any, Literal, NoReturn, TypeVar
 
 import anyio
-import httpx
 import orjson
 from prefect import flow, get_run_logger, task
 from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
-from prefect.events.clients import get_events_subscriber
-from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.exceptions import Abort, Pause, PrefectHTTPStatusError
 from prefect.input import RunInput, keyset_from_paused_state
 from prefect.states import Cancelled, Paused, Running, Suspended
 from prefect.utilities.engine import propose_state
 from pydantic import Field, ValidationError, field_validator
 
+from flows import run_watch
+from flows.run_watch import ENDING, unreachable
 from models import approval, plan_timeout
 from models import team as teams
 from models.approval import AlreadyDecided, NotAllowed, PlanApproval
@@ -58,8 +59,6 @@ from models.team_settings import ApprovalSettings
 
 FLOW_NAME = "plan-approval"
 DEPLOYMENT = f"{FLOW_NAME}/{FLOW_NAME}"
-DEFAULT_POLL_S = 10.0
-"""Fallback poll of the Prefect API while the event stream is quiet (a lost event's delay)."""
 DEFAULT_CHECK_S = 2.0
 """How often a waiting run looks for its decision in teamflow's database."""
 DEFAULT_SUSPEND_AFTER_S = 60.0
@@ -135,48 +134,34 @@ def _seconds_env(name: str, default: float) -> float:
         return default
 
 
-ENDING = frozenset({"CANCELLING", "CANCELLED", "FAILED", "CRASHED", "COMPLETED"})
-"""State types that end a wait: someone cancelled (or otherwise ended) the paused run."""
-
-
-def running_event_filter(flow_run_id: Any) -> EventFilter:
-    """The events that say this run is running again, or was ended while it waited."""
-    names = ["Running", "Cancelling", "Cancelled", "Failed", "Crashed", "Completed"]
-    return EventFilter(
-        event=EventNameFilter(name=[f"prefect.flow-run.{n}" for n in names]),
-        resource=EventResourceFilter(id=[f"prefect.flow-run.{flow_run_id}"]),
-    )
-
-
 async def wait_for_input(
     form: type[T],
     *,
     until: datetime | None = None,
     check: Callable[[], Awaitable[bool]] | None = None,
-    poll_s: float | None = None,
     check_s: float | None = None,
     key: str | None = None,
 ) -> T | None:
     """Pauses the current flow run until it is resumed with `form`'s input; returns it.
 
-    Unlike `prefect.flow_runs.pause_flow_run`, the run hears its resume on Prefect's event
-    stream at once, and only polls the API every `poll_s` seconds as a fallback. The input
-    schema is saved before the run pauses, so a resume can never find it missing.
+        Unlike `prefect.flow_runs.pause_flow_run`, the run hears its resume on Prefect's event
+        stream at once (`flows.run_watch`: one subscription and one batched read of every run
+    waiting in this process, the read as a fallback for a lost event). The input
+        schema is saved before the run pauses, so a resume can never find it missing.
 
-    Returns None, after setting the run Running itself, when `until` passes or `check()`
-    says the wait is over (e.g. the decision is in the database already), and None when
-    the run was resumed without input: the caller then looks at why.
+        Returns None, after setting the run Running itself, when `until` passes or `check()`
+        says the wait is over (e.g. the decision is in the database already), and None when
+        the run was resumed without input: the caller then looks at why.
 
-    `key` names this wait within the run. A run that was suspended and resumed runs its
-    flow again from the start; a wait whose key fired before then ends at once, with the
-    input it got then (or None).
+        `key` names this wait within the run. A run that was suspended and resumed runs its
+        flow again from the start; a wait whose key fired before then ends at once, with the
+        input it got then (or None).
     """
     context = FlowRunContext.get()
     if context is None or context.flow_run is None:
         raise RuntimeError("wait_for_input runs inside a flow run")
     logger = get_run_logger()
     run_id = context.flow_run.id
-    poll_s = poll_s or _seconds_env("TEAMFLOW_PAUSE_POLL_SECONDS", DEFAULT_POLL_S)
     check_s = check_s or _seconds_env("TEAMFLOW_PAUSE_CHECK_SECONDS", DEFAULT_CHECK_S)
     remaining = (until - utcnow()).total_seconds() if until else 7 * 24 * 3600
     paused = Paused(
@@ -187,78 +172,37 @@ async def wait_for_input(
     keyset = keyset_from_paused_state(paused)
     paused.state_details.run_input_keyset = keyset
 
-    async with get_client() as client:
+    async with get_client() as client, run_watch.waiting(run_id) as waiter:
         await _save_form(client, form, keyset, run_id)
-        subscriber = await _subscribe(run_id, logger)
         try:
-            try:
-                state = await propose_state(client, paused, flow_run_id=run_id)
-            except Pause as refused:
-                # A loaded server answered 503 to the pause it had made, and the client's
-                # retry of it was refused as a repeat: the run is paused, by this wait.
-                state = refused.state
-                if state is None or state.state_details.pause_key != paused.state_details.pause_key:
-                    raise
-            if state.is_running():  # this wait fired before the run was suspended
-                return await _read_input(client, form, keyset, run_id, patience=0)
-            if not state.is_paused():
-                raise RuntimeError(f"flow run cannot be paused: the server answered {state}")
-            paused_at = state.timestamp
-            logger.info("Waiting for a decision (resume the run with its form, or use the CLI)")
-            last_poll = anyio.current_time()
-            must_poll = subscriber is None
-            while True:
-                if check is not None and await check():
-                    await _retrying(lambda: _resume_self(client, run_id), logger)
-                    return None
-                if until is not None and utcnow() >= until:
-                    await _retrying(lambda: _resume_self(client, run_id), logger)
-                    return None
-                step = check_s
-                if until is not None:
-                    step = min(step, max((until - utcnow()).total_seconds(), 0.0))
-                if subscriber is None:
-                    # The stream is down: listen again first, then poll once, so nothing that
-                    # happened meanwhile is missed.
-                    await anyio.sleep(step)
-                    subscriber = await _subscribe(run_id, logger, warn=False)
-                    must_poll = True
-                else:
-                    try:
-                        with anyio.move_on_after(step):
-                            event = await subscriber.__anext__()
-                            kind = event.resource.get("prefect.state-type")
-                            if event.occurred >= paused_at and kind == "RUNNING":
-                                return await _retrying(
-                                    lambda: _read_input(client, form, keyset, run_id), logger
-                                )
-                            if event.occurred >= paused_at and kind in ENDING:
-                                await _abort(client, run_id, kind)
-                            continue
-                    except Abort:
-                        raise
-                    except Exception as exc:
-                        logger.warning("Event stream lost (%s); polling until it is back", exc)
-                        await _close(subscriber)
-                        subscriber = None
-                        must_poll = True
-                if must_poll or anyio.current_time() - last_poll >= poll_s:
-                    last_poll = anyio.current_time()
-                    try:
-                        run = await client.read_flow_run(run_id)
-                    except Exception as exc:
-                        if not _unreachable(exc):
-                            raise
-                        continue  # still away: the next round tries again
-                    must_poll = subscriber is None
-                    if run.state is not None and run.state.is_running():
-                        return await _retrying(
-                            lambda: _read_input(client, form, keyset, run_id), logger
-                        )
-                    if run.state is not None and run.state.type.value in ENDING:
-                        await _abort(client, run_id, run.state.type.value)
-        finally:
-            await _close(subscriber)
+            state = await propose_state(client, paused, flow_run_id=run_id)
+        except Pause as refused:
+            # A loaded server answered 503 to the pause it had made, and the client's
+            # retry of it was refused as a repeat: the run is paused, by this wait.
+            state = refused.state
+            if state is None or state.state_details.pause_key != paused.state_details.pause_key:
+                raise
+        if state.is_running():  # this wait fired before the run was suspended
+            return await _read_input(client, form, keyset, run_id, patience=0)
+        if not state.is_paused():
+            raise RuntimeError(f"flow run cannot be paused: the server answered {state}")
+        waiter.arm(state.timestamp)
+        logger.info("Waiting for a decision (resume the run with its form, or use the CLI)")
+        while True:
+            if check is not None and await check():
+                await _retrying(lambda: _resume_self(client, run_id), logger)
+                return None
+            if until is not None and utcnow() >= until:
+                await _retrying(lambda: _resume_self(client, run_id), logger)
+                return None
+            step = check_s
+            if until is not None:
+                step = min(step, max((until - utcnow()).total_seconds(), 0.0))
+            kind = await waiter.next(step)
+            if kind == "RUNNING":
+                return await _retrying(lambda: _read_input(client, form, keyset, run_id), logger)
+            if kind in ENDING:
+                await _abort(client, run_id, kind)
 
 
 async def suspend_for_input(form: type[T], *, key: str, until: datetime | None = None) -> T | None:
@@ -310,13 +254,6 @@ async def _save_form(client: Any, form: type[RunInput], keyset: Any, run_id: Any
             raise
 
 
-def _unreachable(exc: BaseException) -> bool:
-    """Whether `exc` means the Prefect API is away for now (down, restarting, overloaded)."""
-    if isinstance(exc, PrefectHTTPStatusError):
-        return exc.response.status_code >= 500
-    return isinstance(exc, httpx.TransportError)
-
-
 async def _retrying(call: Callable[[], Awaitable[Any]], logger: Any, every: float = 2.0) -> Any:
     """`call()`, tried again every `every` seconds while the Prefect API is away.
 
@@ -327,7 +264,7 @@ async def _retrying(call: Callable[[], Awaitable[Any]], logger: Any, every: floa
         try:
             return await call()
         except Exception as exc:
-            if not _unreachable(exc):
+            if not unreachable(exc):
                 raise
             if not warned:
                 logger.warning("Prefect API unreachable (%s); trying again", exc)
@@ -365,27 +302,6 @@ async def _read_input(
             return None
         await anyio.sleep(delay)
         delay = min(delay * 2, 0.25)
-
-
-async def _subscribe(run_id: Any, logger: Any, *, warn: bool = True) -> Any:
-    """A subscriber to the run's state events; None (polling meanwhile) if there is none.
-
-    It does not reconnect by itself: a broken stream surfaces at once, and the wait
-    subscribes again and polls once, so no resume slips through the gap.
-    """
-    subscriber = get_events_subscriber(filter=running_event_filter(run_id), reconnection_attempts=0)
-    try:
-        return await subscriber.__aenter__()
-    except Exception as exc:
-        if warn:
-            logger.warning("No event stream (%s): polling until there is one", exc)
-        return None
-
-
-async def _close(subscriber: Any) -> None:
-    if subscriber is not None:
-        with contextlib.suppress(Exception):
-            await subscriber.__aexit__(None, None, None)
 
 
 async def _abort(client: Any, run_id: Any, kind: str) -> NoReturn:

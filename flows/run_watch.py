@@ -102,7 +102,8 @@ class Waiter:
             if at < self._since or self.kind is not None:
                 return
             self.kind = kind
-        self.loop.call_soon_threadsafe(self.woken.set)
+        with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits any more
+            self.loop.call_soon_threadsafe(self.woken.set)
 
     async def next(self, timeout: float) -> str | None:
         """The state type that ended the wait (RUNNING or one of ENDING), or None for now."""
@@ -144,6 +145,8 @@ class _Watch:
                 try:
                     if await self._listen(client, subscriber):
                         return
+                except Exception:  # a bug of ours: log it, and keep the waits served
+                    logger.exception("The run watch failed; it starts again")
                 finally:
                     if subscriber is not None:
                         with contextlib.suppress(Exception):
