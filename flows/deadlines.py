@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -35,7 +36,10 @@ POLL_S = 1.0
 """The longest sleep between two looks at the next deadline (a new request may be due soon)."""
 RECONCILE_S = 15.0
 """How often suspended runs are matched against decisions made without resuming them."""
-RESUMING_AT_ONCE = 8
+RESUMING_AT_ONCE = 4
+"""Requests of `bulk_set_state` under way at once."""
+BULK = 50
+"""Runs one `bulk_set_state` request reschedules: the most Prefect's server takes."""
 PAGE = 200
 """The most runs one Prefect API query returns."""
 
@@ -60,21 +64,19 @@ async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCI
     send, receive = anyio.create_memory_object_stream[list[str]](max_buffer_size=1000)
 
     async def resumer() -> None:
-        async for runs in receive:
+        async for request_ids in receive:
             try:
+                runs = await anyio.to_thread.run_sync(plan_timeout.decided_with_runs, request_ids)
                 await resume_suspended(runs)
             except Exception as exc:  # Prefect is away: the reconciliation catches up
-                logger.warning("teamflow clock: resuming %d run(s): %s", len(runs), exc)
+                logger.warning("teamflow clock: resuming %d plan(s): %s", len(request_ids), exc)
 
     async with anyio.create_task_group() as group:
         group.start_soon(resumer)
         last_reconcile = -reconcile_s
         while True:
             try:
-                acted = await tick()
-                if acted:
-                    runs = await anyio.to_thread.run_sync(plan_timeout.decided_with_runs, acted)
-                    await send.send(runs)
+                await tick(committed=lambda ids: anyio.from_thread.run(send.send, ids))
                 back = _api_back.is_set()
                 if back or anyio.current_time() - last_reconcile >= reconcile_s:
                     _api_back.clear()
@@ -94,15 +96,19 @@ async def _reconcile() -> None:
         logger.warning("teamflow clock: %s", exc)
 
 
-async def tick() -> list[str]:
+async def tick(committed: Callable[[list[str]], None] | None = None) -> list[str]:
     """Delivers the due timers, applies the policy of every due request; returns the ids of
-    the requests acted on."""
+    the requests acted on. `committed` hears them batch by batch, once each batch is
+    committed, in a worker thread: the clock resumes a batch's runs while it decides the
+    next (`expire_due`)."""
     from flows.system_alert import fire_due_timers
 
     fired = await anyio.to_thread.run_sync(lambda: fire_due_timers())
     if fired:
         logger.info("teamflow clock: %d timer(s) went off: %s", len(fired), fired)
-    acted = await anyio.to_thread.run_sync(lambda: plan_timeout.expire_due())
+    acted = await anyio.to_thread.run_sync(
+        lambda: plan_timeout.expire_due(batch=BULK, committed=committed)
+    )
     if acted:
         logger.info("teamflow clock: timeout policy applied to %d plan(s)", len(acted))
     return acted
@@ -124,6 +130,8 @@ async def resume_suspended(run_ids: list[str]) -> int:
     without input: each run finds its request decided and finishes. Returns how many.
 
     A run waiting in process is left alone: it finds its decision in the database itself.
+    Prefect's `bulk_set_state` does it, `BULK` runs a request (the filter keeps to the
+    suspended ones), a few requests at once: 250 runs cost 5 requests, not 250 plus reads.
     """
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
@@ -132,32 +140,31 @@ async def resume_suspended(run_ids: list[str]) -> int:
         FlowRunFilterState,
         FlowRunFilterStateName,
     )
-    from prefect.states import Scheduled
+    from prefect.states import Scheduled, to_state_create
 
     limiter = anyio.CapacityLimiter(RESUMING_AT_ONCE)
+    state = to_state_create(Scheduled(name="Resuming")).model_dump(mode="json")
     resumed = 0
 
-    async def one(client: Any, run_id: UUID) -> None:
+    async def some(client: Any, ids: list[UUID]) -> None:
         nonlocal resumed
+        runs = FlowRunFilter(
+            id=FlowRunFilterId(any_=ids),
+            state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Suspended"])),
+        )
+        body = {"flow_runs": runs.model_dump(mode="json"), "state": state, "limit": BULK}
         async with limiter:
-            result = await client.set_flow_run_state(run_id, Scheduled(name="Resuming"))
-            resumed += result.state is not None and result.state.is_scheduled()
+            response = await client.request("POST", "/flow_runs/bulk_set_state", json=body)
+        response.raise_for_status()
+        resumed += sum(
+            result["status"] == "ACCEPT" and (result["state"] or {}).get("type") == "SCHEDULED"
+            for result in response.json()["results"]
+        )
 
-    async with get_client() as client:
-        ids = [UUID(r) for r in run_ids]
-        suspended: list[UUID] = []
-        for start in range(0, len(ids), PAGE):
-            runs = await client.read_flow_runs(
-                flow_run_filter=FlowRunFilter(
-                    id=FlowRunFilterId(any_=ids[start : start + PAGE]),
-                    state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Suspended"])),
-                ),
-                limit=PAGE,
-            )
-            suspended += [r.id for r in runs]
-        async with anyio.create_task_group() as group:
-            for run_id in suspended:
-                group.start_soon(one, client, run_id)
+    ids = [UUID(r) for r in run_ids]
+    async with get_client() as client, anyio.create_task_group() as group:
+        for start in range(0, len(ids), BULK):
+            group.start_soon(some, client, ids[start : start + BULK])
     return resumed
 
 

@@ -9,6 +9,7 @@ and their decisions are `models.approval`.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -130,7 +131,11 @@ def _escalate(session: Session, request: PlanApproval, waited: str) -> bool:
 
 
 def expire_due(
-    *, now: datetime | None = None, session: Session | None = None, batch: int = 100
+    *,
+    now: datetime | None = None,
+    session: Session | None = None,
+    batch: int = 100,
+    committed: Callable[[list[str]], None] | None = None,
 ) -> list[str]:
     """Applies the timeout policy to every due request (teamflow's clock, `flows.deadlines`).
 
@@ -138,6 +143,8 @@ def expire_due(
     batch rather than once per response: hundreds of requests due at once end within a
     second. A batch that fails is applied again one request at a time, and a request that
     still fails is left pending (its own run, or the next round, tries again).
+    `committed(ids)` hears each batch's requests once they are committed (the clock resumes
+    their runs while the next batch is decided).
 
     Returns the ids of the requests it acted on (decided, or escalated to the lead).
     """
@@ -157,9 +164,10 @@ def expire_due(
     acted: list[str] = []
     for start in range(0, len(ids), batch):
         chunk = ids[start : start + batch]
+        done: list[str] = []
         try:
             with session_scope() as s:
-                acted += [
+                done = [
                     i
                     for i in chunk
                     if apply_timeout(i, now=now, session=s) is not TimeoutAction.NONE
@@ -168,7 +176,10 @@ def expire_due(
             for request_id in chunk:
                 with contextlib.suppress(Exception):
                     if apply_timeout(request_id, now=now) is not TimeoutAction.NONE:
-                        acted.append(request_id)
+                        done.append(request_id)
+        acted += done
+        if done and committed is not None:
+            committed(done)
     return acted
 
 
