@@ -36,7 +36,7 @@ from prefect.events.clients import get_events_subscriber
 from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 from prefect.exceptions import PrefectHTTPStatusError
 from prefect.logging import get_logger
-from prefect.settings import PREFECT_API_URL
+from prefect.settings import PREFECT_API_URL, temporary_settings
 
 ENDING = frozenset({"CANCELLING", "CANCELLED", "FAILED", "CRASHED", "COMPLETED"})
 """State types that end a wait: someone cancelled (or otherwise ended) the paused run."""
@@ -119,7 +119,7 @@ class _Watch:
         self.ready = threading.Event()
         self.reads = 0
         self.idle_since = time.monotonic()
-        context = contextvars.copy_context()  # the settings (the API URL) of the first waiter
+        context = contextvars.copy_context()  # the settings of the first waiter
         self.thread = threading.Thread(
             target=context.run, args=(asyncio.run, self._serve()), daemon=True, name="run-watch"
         )
@@ -138,6 +138,12 @@ class _Watch:
             return True
 
     async def _serve(self) -> None:
+        # Its own API, whatever the environment says later: a watch whose server went away
+        # must not reach another one (or start Prefect's ephemeral server) instead.
+        with temporary_settings({PREFECT_API_URL: self.url}):
+            await self._serve_url()
+
+    async def _serve_url(self) -> None:
         async with get_client() as client:
             while True:
                 subscriber = await self._subscribe()

@@ -13,6 +13,7 @@ import asyncio
 import collections
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,11 +27,14 @@ pytestmark = pytest.mark.usefixtures("home")
 
 
 @pytest.fixture
-def watch_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A read every second, and a watch that ends soon after its last wait."""
+def watch_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A read every second, and a watch that ends soon after its last wait (before the
+    module's server does)."""
     monkeypatch.setenv("TEAMFLOW_PAUSE_POLL_SECONDS", "1")
     monkeypatch.setattr(run_watch, "IDLE_S", 0.5)
     wait_until(lambda: not run_watch.watches(), 30, "the watch of an earlier test to end")
+    yield
+    wait_until(lambda: not run_watch.watches(), 30, "the watch to end with nobody waiting")
 
 
 def waiting_run(key: str) -> Run:
@@ -119,7 +123,6 @@ def test_runs_waiting_in_one_process_share_one_stream_and_one_read(
     for run in paused:
         resume_flow_run(run.id, run_input={"decision": "approve", "approver": "coordinator"})
     assert [run.result(60) for run in runs] == ["approve"] * 10
-    wait_until(lambda: not run_watch.watches(), 30, "the watch to end with nobody waiting")
 
 
 def test_a_resume_the_stream_did_not_bring_is_taken_at_the_next_read(
