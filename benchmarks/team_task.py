@@ -13,7 +13,8 @@
    task's events; back to back (`--gap 0`), Prefect's server on SQLite now and then answers
    the next flow run's creation with 503 (a write of the previous run's events is under
    way) and the client waits 2 s. Prints p50/p95 next to issue 16's target (p50 at most 0.15 s),
-   and the same figures with one tool call per task. A temporary Prefect server (started
+   the same figures with one tool call per task, and Prefect's floor: an empty async flow
+   run, run the same way. A temporary Prefect server (started
    as `teamflow up` starts it, `tests/prefect_server.harness`) and SQLite are used.
 2. Sustained throughput. A real Prefect server, teamflow's deployments and two
    `teamflow worker` processes (what `tests/test_team_task_workers.py` starts). Runs of
@@ -22,7 +23,9 @@
    the rate at which the tasks complete is printed: from the first run's start to the last
    one's end, and after the first quarter (both workers busy: the steady state). SQLite
    for both databases by default; `--postgres` puts both on PostgreSQL (a fresh database
-   and schema, dropped after; URL default `TEAMFLOW_TEST_POSTGRES_URL`).
+   and schema, dropped after; URL default `TEAMFLOW_TEST_POSTGRES_URL`). Prints too the CPU
+   seconds each team task costs the machine while the workers run the batch, by process
+   (Prefect's server, the workers, the rest), and the rate the cores allow at that cost.
 
 Everything it creates is temporary and removed (processes stopped, databases dropped).
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -40,6 +44,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +54,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the test helpers start server
 TARGET_P50_S = 0.15  # issue 16
 TARGET_TASKS_PER_S = 5.0  # issue 16: sustained, two workers
 TEAM = "bench-team"
+FLOOR = "empty Prefect flow run"
 DEPLOYMENT = "team-task/team-task"
 FINISH = {"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True, "response": "ok"}
 ONE_TOOL = {
@@ -84,6 +90,7 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
     """Part 1: per-task wall time in one process, orchestration only and with one tool."""
     os.environ["TEAMFLOW_HOME"] = str(home)
     os.environ["TEAMFLOW_DATABASE_URL"] = f"sqlite:///{home / 'teamflow.db'}"
+    from prefect import flow
     from prefect_server import harness
 
     from flows.team_task import run_team_task
@@ -93,11 +100,30 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
     data = home / "data.csv"
     _team(data)
 
+    @flow(name="bench-empty", persist_result=False)
+    async def empty() -> None:
+        """Prefect's floor: an async flow run that does nothing, run as a team task is."""
+
+    def figure(times: list[float]) -> dict[str, float]:
+        return {
+            "p50_s": round(statistics.median(times), 3),
+            "p95_s": round(_percentile(times, 0.95), 3),
+            "tasks_per_s": round(len(times) / sum(times), 2),
+        }
+
     async def measure() -> dict[str, dict[str, float]]:
         async with api_clients():  # as in a worker's thread: clients made once
             warm = create_task(TEAM, title="warm-up", assignees=["idle"])
             await run_team_task(str(warm.id))  # the first run pays for imports and first calls
+            await empty()
             figures: dict[str, dict[str, float]] = {}
+            times = []
+            for _ in range(tasks):
+                await asyncio.sleep(gap)
+                started = time.perf_counter()
+                await empty()
+                times.append(time.perf_counter() - started)
+            figures[FLOOR] = figure(times)
             for label, member in (("orchestration only", "idle"), ("with one tool call", "worker")):
                 times = []
                 for i in range(tasks):
@@ -109,15 +135,61 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
                     times.append(time.perf_counter() - started)
                     if result["status"] != "completed":
                         sys.exit(f"task {task.id} ended {result['status']}: {result['members']}")
-                figures[label] = {
-                    "p50_s": round(statistics.median(times), 3),
-                    "p95_s": round(_percentile(times, 0.95), 3),
-                    "tasks_per_s": round(len(times) / sum(times), 2),
-                }
+                figures[label] = figure(times)
             return figures
 
     with harness(home / "server"):
         return asyncio.run(measure())
+
+
+def _processes() -> dict[int, tuple[int, float]]:
+    """Every process of the machine: pid -> (parent's pid, CPU seconds spent so far)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # from field 3, the state
+            cpu = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+            found[int(stat.parent.name)] = (int(fields[1]), cpu)
+    return found
+
+
+def _tree(processes: dict[int, tuple[int, float]], root: int) -> set[int]:
+    """`root` and its descendants."""
+    tree, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, (parent, _) in processes.items():
+            if parent in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return tree
+
+
+def _machine_cpu() -> float:
+    """CPU seconds every core of the machine has been busy (`/proc/stat`, not idle or iowait)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def _cpu_spent(server_pid: int, into: dict[str, float]) -> Iterator[None]:
+    """CPU seconds spent while the block runs, by the Prefect server (with its children),
+    the workers (this process's other children), this process, and the rest of the machine
+    (PostgreSQL's backends, when used)."""
+    before, machine = _processes(), _machine_cpu()
+    yield
+    after, machine = _processes(), _machine_cpu() - machine
+
+    def spent(pids: set[int]) -> float:
+        return sum(after[p][1] - before.get(p, (0, 0.0))[1] for p in pids if p in after)
+
+    me = os.getpid()
+    server = _tree(after, server_pid)
+    workers = _tree(after, me) - server - {me}
+    into.update(server=spent(server), workers=spent(workers), benchmark=spent({me}))
+    into["other"] = max(0.0, machine - sum(into.values()))
+    into["machine"] = machine
 
 
 def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]:
@@ -148,7 +220,10 @@ def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]
                 run_ids.append(runner.start(DEPLOYMENT, parameters, require_worker=False).id)
             return run_ids
 
-        runs, _ = run_batch(server, tmp, client, queue, env=shared)
+        cpu: dict[str, float] = {}
+        assert server.process is not None
+        during = functools.partial(_cpu_spent, server.process.pid, cpu)
+        runs, _ = run_batch(server, tmp, client, queue, env=shared, during=during)
     failed = [r.name for r in runs if not r.state.is_completed()]
     if failed:
         sys.exit(f"runs did not complete: {failed}")
@@ -164,6 +239,9 @@ def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]
         # After the first quarter of the tasks is done: both workers busy, the steady state.
         "sustained_tasks_per_s": round((tasks - quarter) / (ends[-1] - ends[quarter - 1]), 2),
         "p50_run_s": round(statistics.median(r.total_run_time.total_seconds() for r in runs), 2),
+        # CPU seconds per task while the workers ran the batch, by process.
+        "cpu_per_task_s": {k: round(v / tasks, 3) for k, v in cpu.items()},
+        "cores": os.cpu_count(),
     }
 
 
@@ -208,6 +286,9 @@ def main() -> None:
     p50 = figures["orchestration only"]["p50_s"]
     verdict = "met" if p50 <= TARGET_P50_S else "NOT met"
     print(f"target: orchestration p50 at most {TARGET_P50_S} s: {verdict} ({p50} s)")
+    floor = figures[FLOOR]["p50_s"]
+    print(f"of which Prefect's floor (an empty async flow run) {floor} s, teamflow's own "
+          f"{p50 - floor:.3f} s")  # fmt: skip
     if throughput is None:
         return
     t = throughput
@@ -219,6 +300,13 @@ def main() -> None:
     )
     verdict = "met" if t["sustained_tasks_per_s"] >= TARGET_TASKS_PER_S else "NOT met"
     print(f"target: at least {TARGET_TASKS_PER_S:g} team tasks/s sustained: {verdict}")
+    c = t["cpu_per_task_s"]
+    print(
+        f"CPU per team task: {c['machine']} s on the machine (Prefect server {c['server']}, "
+        f"teamflow workers {c['workers']}, this benchmark {c['benchmark']}, other "
+        f"{c['other']}); {t['cores']} cores cannot run more than "
+        f"{t['cores'] / c['machine']:.1f} tasks/s at that cost"
+    )
 
 
 if __name__ == "__main__":

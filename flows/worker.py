@@ -53,7 +53,9 @@ from flows.deadlines import api_back, keep_time
 POOL = "teamflow"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LIMIT = 8
-"""Runs at a time per worker; Prefect's server on SQLite starts refusing (503) near 50."""
+"""Runs at a time per worker (`--limit`). Two workers of 25 ran 50 agents at once without
+an error on SQLite (`benchmarks/agents.py`), since `flows.server` begins the server's
+transactions IMMEDIATE; before, the server refused (503) near 50."""
 LEAD_SECONDS = 1
 """How early a run due later is taken from the pool (the worker's prefetch, and how long
 before a run's time the timer polls): taking it (a poll, its Pending and Submitting states)
@@ -388,12 +390,12 @@ class TeamflowWorker(ProcessWorker):
     async def _give_worker_labels_to_flow_run(self, flow_run_id: Any) -> None:
         """Labels the run with this worker's name and pool: once, beside the run, not before.
 
-        Prefect's server on SQLite answers this request (a read, then a write, in one
-        deferred transaction) with 503 whenever another write lands in between, and
+        Prefect's stock server on SQLite answers this request (a read, then a write, in
+        one deferred transaction) with 503 whenever another write lands in between (the
+        server `teamflow up` starts, `flows.server`, waits for the lock instead), and
         Prefect's client tries again 2 s, 4 s, 8 s later: the run would wait with it, and
         under load the retries keep the server's write lock busier still. The labels only
-        say which worker took the run, so a run whose one try fails goes without them (on
-        PostgreSQL the try does not fail).
+        say which worker took the run, so a run whose one try fails goes without them.
         """
         from prefect.settings import PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 

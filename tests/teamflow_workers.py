@@ -203,6 +203,7 @@ def run_batch(
     env: dict[str, str] | None = None,
     limit: int | None = None,
     timeout: float = 900,
+    during: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
 ) -> tuple[list[Any], list[Worker]]:
     """The runs `queue()` creates, run by `count` teamflow workers (see `teamflow_workers`).
 
@@ -210,13 +211,16 @@ def run_batch(
     take any: what is measured is how workers get through the batch, not how fast one client
     creates runs or a worker registers (both meet 503s from Prefect's server on SQLite while
     runs write). `client` is a sync Prefect client. Returns the runs once every one has
-    ended, and the workers (stopped by then; their logs stay).
+    ended, and the workers (stopped by then; their logs stay). `during()`, if given, is
+    entered once the pool lets the workers go and left once every run has ended (e.g. to
+    count the CPU that the batch costs).
     """
     from prefect.client.schemas.actions import WorkPoolUpdate
 
     client.update_work_pool(POOL, WorkPoolUpdate(is_paused=True))
     run_ids = queue()
-    with teamflow_workers(server, tmp, count, env=env, limit=limit) as workers:
+    metered = during() if during is not None else contextlib.nullcontext()
+    with teamflow_workers(server, tmp, count, env=env, limit=limit) as workers, metered:
         client.update_work_pool(POOL, WorkPoolUpdate(is_paused=False))
         runs = wait_until(
             lambda: ended_runs(client, run_ids), timeout, "every run of the batch to end",
