@@ -103,14 +103,63 @@ def warm_up() -> list[str]:
     return [e for e in entrypoints if teamflow_flow(e) is not None]
 
 
+STORAGE_LOOKUP_S = 30.0
+"""How long a worker reuses the server's answer on its default result storage."""
+
+
+def cache_server_result_storage() -> None:
+    """Prefect asks the server for its default result storage (`GET /admin/storage`) for
+    every flow run and task run that persists a result, the task runs with a blocking
+    client on the run's event loop: two requests a team task. This process asks at most
+    once every `STORAGE_LOOKUP_S` seconds per API, so a change of the server's default
+    reaches its runs within that time.
+    """
+    from prefect import results
+    from prefect.settings import PREFECT_API_URL
+
+    if getattr(results._read_server_default_result_storage_block_id, "teamflow_cached", False):
+        return
+    read, aread = (
+        results._read_server_default_result_storage_block_id,
+        results._aread_server_default_result_storage_block_id,
+    )
+    answers: dict[str, tuple[float, Any]] = {}
+
+    def known() -> tuple[str, Any]:
+        url = str(PREFECT_API_URL.value())
+        at, answer = answers.get(url, (-STORAGE_LOOKUP_S, None))
+        return url, (answer,) if time.monotonic() - at < STORAGE_LOOKUP_S else None
+
+    def cached_read() -> Any:
+        url, hit = known()
+        if hit is None:
+            hit = (read(),)
+            answers[url] = (time.monotonic(), hit[0])
+        return hit[0]
+
+    async def cached_aread() -> Any:
+        url, hit = known()
+        if hit is None:
+            hit = (await aread(),)
+            answers[url] = (time.monotonic(), hit[0])
+        return hit[0]
+
+    cached_read.teamflow_cached = True  # type: ignore[attr-defined]
+    results._read_server_default_result_storage_block_id = cached_read
+    results._aread_server_default_result_storage_block_id = cached_aread
+
+
 @contextlib.asynccontextmanager
 async def api_clients() -> AsyncIterator[None]:
-    """Prefect's API clients (async and sync), made once for every flow run inside.
+    """Prefect's API clients (async and sync), made once for every flow run inside, and the
+    server's default result storage asked once in a while (`cache_server_result_storage`).
 
     Without it, every flow run makes its own: an SSL context each (loading certifi's bundle,
     about 25 ms of CPU here), a CSRF token, new connections.
     """
     from prefect.context import AsyncClientContext, SyncClientContext
+
+    cache_server_result_storage()
 
     with SyncClientContext.get_or_create():
         async with AsyncClientContext.get_or_create():

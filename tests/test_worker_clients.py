@@ -1,0 +1,67 @@
+"""Runs inside a worker share Prefect's clients and ask for the server's result storage
+once in a while, not once per flow run and task run (`flows.worker.api_clients`).
+
+Flow runs with a persisted task, on a real Prefect server, the requests counted as they
+leave the process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+import httpx
+import pytest
+
+from flows import worker
+
+pytestmark = pytest.mark.usefixtures("home")
+
+
+def storage_lookups(runs: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    """`GET /admin/storage` requests made by `runs` flow runs inside `api_clients()`."""
+    from prefect import flow, task
+
+    @task(persist_result=True)
+    def double(x: int) -> int:
+        return 2 * x
+
+    @flow(name="storage-lookups", persist_result=True)
+    async def doubled(x: int) -> int:
+        return double(x)
+
+    requests: collections.Counter[str] = collections.Counter()
+    sync_send, async_send = httpx.Client.send, httpx.AsyncClient.send
+
+    def counted(self: Any, request: httpx.Request, *args: Any, **kwargs: Any) -> Any:
+        requests[request.url.path] += 1
+        return sync_send(self, request, *args, **kwargs)
+
+    async def acounted(self: Any, request: httpx.Request, *args: Any, **kwargs: Any) -> Any:
+        requests[request.url.path] += 1
+        return await async_send(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.Client, "send", counted)
+    monkeypatch.setattr(httpx.AsyncClient, "send", acounted)
+
+    async def main() -> list[int]:
+        async with worker.api_clients():
+            return [await doubled(i) for i in range(runs)]
+
+    assert asyncio.run(main()) == [2 * i for i in range(runs)]
+    return requests["/api/admin/storage"]
+
+
+def test_runs_in_a_worker_ask_for_the_result_storage_once(
+    prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Prefect alone asks once a run (see below).
+    assert storage_lookups(3, monkeypatch) <= 1
+
+
+def test_the_answer_is_asked_again_once_it_is_old(
+    prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(worker, "STORAGE_LOOKUP_S", 0.0)
+    assert storage_lookups(3, monkeypatch) == 3
