@@ -32,7 +32,6 @@ resumes the run.
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -50,7 +49,7 @@ from prefect.utilities.engine import propose_state
 from pydantic import Field, ValidationError, field_validator
 
 from flows import run_watch
-from flows.run_watch import ENDING, unreachable
+from flows.run_watch import ENDING, seconds_env, unreachable
 from models import approval, plan_timeout
 from models import team as teams
 from models.approval import AlreadyDecided, NotAllowed, PlanApproval
@@ -127,13 +126,6 @@ def decision_input(approve: bool, feedback: str | None, approver: str) -> dict[s
 # --- waiting for input, pushed ---------------------------------------------------------------
 
 
-def _seconds_env(name: str, default: float) -> float:
-    try:
-        return max(0.05, float(os.environ.get(name) or default))
-    except ValueError:
-        return default
-
-
 async def wait_for_input(
     form: type[T],
     *,
@@ -144,25 +136,25 @@ async def wait_for_input(
 ) -> T | None:
     """Pauses the current flow run until it is resumed with `form`'s input; returns it.
 
-        Unlike `prefect.flow_runs.pause_flow_run`, the run hears its resume on Prefect's event
-        stream at once (`flows.run_watch`: one subscription and one batched read of every run
-    waiting in this process, the read as a fallback for a lost event). The input
-        schema is saved before the run pauses, so a resume can never find it missing.
+    Unlike `prefect.flow_runs.pause_flow_run`, the run hears its resume on Prefect's event
+    stream at once (`flows.run_watch`: one subscription and one batched read of every run
+    waiting in this process, the read as a fallback for a lost event). The input schema is
+    saved before the run pauses, so a resume can never find it missing.
 
-        Returns None, after setting the run Running itself, when `until` passes or `check()`
-        says the wait is over (e.g. the decision is in the database already), and None when
-        the run was resumed without input: the caller then looks at why.
+    Returns None, after setting the run Running itself, when `until` passes or `check()`
+    says the wait is over (e.g. the decision is in the database already), and None when
+    the run was resumed without input: the caller then looks at why.
 
-        `key` names this wait within the run. A run that was suspended and resumed runs its
-        flow again from the start; a wait whose key fired before then ends at once, with the
-        input it got then (or None).
+    `key` names this wait within the run. A run that was suspended and resumed runs its
+    flow again from the start; a wait whose key fired before then ends at once, with the
+    input it got then (or None).
     """
     context = FlowRunContext.get()
     if context is None or context.flow_run is None:
         raise RuntimeError("wait_for_input runs inside a flow run")
     logger = get_run_logger()
     run_id = context.flow_run.id
-    check_s = check_s or _seconds_env("TEAMFLOW_PAUSE_CHECK_SECONDS", DEFAULT_CHECK_S)
+    check_s = check_s or seconds_env("TEAMFLOW_PAUSE_CHECK_SECONDS", DEFAULT_CHECK_S)
     remaining = (until - utcnow()).total_seconds() if until else 7 * 24 * 3600
     paused = Paused(
         timeout_seconds=int(max(remaining, 0)) + PREFECT_PAUSE_MARGIN_S,
@@ -537,7 +529,7 @@ async def plan_approval(
     )  # fmt: skip
     config = await anyio.to_thread.run_sync(lambda: teams.settings_of(team))
     suspendable = can_suspend()
-    suspend_after = _seconds_env("TEAMFLOW_SUSPEND_AFTER_SECONDS", DEFAULT_SUSPEND_AFTER_S)
+    suspend_after = seconds_env("TEAMFLOW_SUSPEND_AFTER_SECONDS", DEFAULT_SUSPEND_AFTER_S)
 
     async def decided_elsewhere() -> bool:
         return not (await _load(request_id)).is_open

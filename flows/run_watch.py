@@ -50,11 +50,16 @@ READ_CHUNK = 200
 logger = get_logger("teamflow.run_watch")
 
 
-def poll_seconds() -> float:
+def seconds_env(name: str, default: float) -> float:
+    """A period in seconds from the environment variable `name` (at least 0.05)."""
     try:
-        return max(0.05, float(os.environ.get("TEAMFLOW_PAUSE_POLL_SECONDS") or DEFAULT_POLL_S))
+        return max(0.05, float(os.environ.get(name) or default))
     except ValueError:
-        return DEFAULT_POLL_S
+        return default
+
+
+def poll_seconds() -> float:
+    return seconds_env("TEAMFLOW_PAUSE_POLL_SECONDS", DEFAULT_POLL_S)
 
 
 def state_event_filter() -> EventFilter:

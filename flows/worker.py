@@ -123,26 +123,24 @@ def cache_server_result_storage() -> None:
         results._read_server_default_result_storage_block_id,
         results._aread_server_default_result_storage_block_id,
     )
-    answers: dict[str, tuple[float, Any]] = {}
+    answers: dict[str, tuple[float, Any]] = {}  # API URL -> (when asked, answer)
 
-    def known() -> tuple[str, Any]:
+    def fresh() -> tuple[str, tuple[float, Any] | None]:
         url = str(PREFECT_API_URL.value())
-        at, answer = answers.get(url, (-STORAGE_LOOKUP_S, None))
-        return url, (answer,) if time.monotonic() - at < STORAGE_LOOKUP_S else None
+        hit = answers.get(url)
+        return url, hit if hit and time.monotonic() - hit[0] < STORAGE_LOOKUP_S else None
 
     def cached_read() -> Any:
-        url, hit = known()
+        url, hit = fresh()
         if hit is None:
-            hit = (read(),)
-            answers[url] = (time.monotonic(), hit[0])
-        return hit[0]
+            hit = answers[url] = (time.monotonic(), read())
+        return hit[1]
 
     async def cached_aread() -> Any:
-        url, hit = known()
+        url, hit = fresh()
         if hit is None:
-            hit = (await aread(),)
-            answers[url] = (time.monotonic(), hit[0])
-        return hit[0]
+            hit = answers[url] = (time.monotonic(), await aread())
+        return hit[1]
 
     cached_read.teamflow_cached = True  # type: ignore[attr-defined]
     results._read_server_default_result_storage_block_id = cached_read
