@@ -499,3 +499,55 @@ def test_team_settings_shape_who_decides_and_when_and_refuse_bad_values(
     after = ok_json(env, "team", "settings", TEAM, "--reset", "plan_escalation_seconds")
     assert "plan_escalation_seconds" not in after
     assert "plan_timeout_seconds = 600" in ok(env, "team", "settings", TEAM)
+
+
+QUICK_EXIT = """
+import atexit, sys
+from flows.cli import console
+atexit.register(lambda: print("exit handler ran", file=sys.stderr))
+sys.argv = ["teamflow", *sys.argv[1:]]
+console()
+"""
+
+
+def test_the_quick_exit_flushes_all_output_runs_exit_handlers_and_keeps_the_exit_code(
+    env: dict[str, str],
+) -> None:
+    # A data command leaves with os._exit (issue 16: CLI start); what it printed, its exit
+    # handlers and its exit code must be those of a normal exit.
+    research_team()
+    from models import inbox
+
+    inbox.send_many(
+        TEAM,
+        [
+            {"to": "analyst-1", "sender": "coordinator", "text": f"{i:04d} " + "x" * 500}
+            for i in range(300)
+        ],
+    )
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-c", QUICK_EXIT, *args],
+            capture_output=True, text=True, env=env, timeout=120, check=False,
+        )  # fmt: skip
+
+    shown = run("msg", "inbox", TEAM, "analyst-1", "--json")  # well over a pipe's 64 KiB
+    assert (shown.returncode, shown.stderr) == (0, "exit handler ran\n")
+    texts = [m["text"] for m in json.loads(shown.stdout)]
+    assert texts[-300:] == [f"{i:04d} " + "x" * 500 for i in range(300)]
+
+    sent = run("msg", "send", TEAM, "--to", "analyst-2", "--from", "coordinator", "--text", "hi")
+    assert (sent.returncode, sent.stderr) == (0, "exit handler ran\n")
+    assert inbox.messages(TEAM, "analyst-2")[-1].message_id == sent.stdout.strip()
+
+    refused_send = run(
+        "msg", "send", TEAM, "--to", "nobody", "--from", "coordinator", "--text", "?"
+    )
+    assert refused_send.returncode == 1
+    assert refused_send.stderr.splitlines()[1:] == ["exit handler ran"]
+    assert "nobody" in refused_send.stderr.splitlines()[0]
+
+    usage = run("msg", "send", TEAM, "--to", "analyst-2")
+    assert usage.returncode == 2
+    assert usage.stderr.splitlines()[-1] == "exit handler ran"

@@ -57,4 +57,4 @@ def test_the_wheel_holds_the_toolbox_the_cli_and_the_console_script(tmp_path: Pa
     assert "flows/cli.py" not in names
     assert "flows/tools.py" in names
 
-    assert "teamflow = flows.cli:main" in scripts
+    assert "teamflow = flows.cli:console" in scripts

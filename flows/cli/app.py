@@ -9,8 +9,11 @@ imports a module only when one of its commands runs (or `--help` lists them).
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
 import sys
+import threading
 from collections.abc import Iterator, MutableMapping
 
 import typer
@@ -159,6 +162,36 @@ def main() -> None:
         )
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def console() -> None:
+    """The `teamflow` console script and `python -m flows.cli`: `main`, then a quick exit.
+
+    Tearing the interpreter down (freeing every module of SQLAlchemy, pydantic and typer)
+    costs a data command about 40 ms, an eighth of its start (issue 16). A process that has
+    not imported Prefect and runs no other thread has nothing to tear down that matters: it
+    flushes its output, closes its database connections, runs its exit handlers and leaves
+    with `os._exit`. Anything else (Prefect's threads, output that cannot be flushed, a
+    non-numeric exit) exits the normal way.
+    """
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is None:
+        code = 0
+    if not isinstance(code, int) or "prefect" in sys.modules or threading.active_count() > 1:
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)  # a closed pipe: let Python report it as it always does
+    if "models.db" in sys.modules:
+        sys.modules["models.db"].dispose_engines()
+    atexit._run_exitfuncs()
+    os._exit(code)
 
 
 def _missing_table(exc: Exception) -> bool:
