@@ -10,8 +10,9 @@ alert) publishes:
   page shows its latest version, the history its earlier ones): the lead, tasks by status,
   the plans waiting for a decision, and the members' table.
 
-The numbers come from teamflow's database through `models.metrics` and `models.presence`
-(the same queries as `teamflow metrics` and `teamflow status`).
+The numbers come from teamflow's database through `models.metrics.team_glance` (the sums
+and counts of `teamflow metrics`, without pandas) and `models.presence` (as `teamflow
+status`).
 """
 
 from __future__ import annotations
@@ -34,53 +35,50 @@ def team_key(team: str) -> str:
     return key[:100].rstrip("-")
 
 
-def _by_member(frame: Any) -> dict[str, dict[str, Any]]:
-    return {row["member"]: row for row in frame.to_dict("records")} if len(frame) else {}
-
-
 def _int(value: Any) -> int:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return 0
     return int(value)
 
 
-def member_rows(team: str) -> list[dict[str, Any]]:
-    """The members' table, one row per member (in the team's order), as of now."""
+def member_rows(team: str, glance: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The members' table, one row per member (in the team's order), as of now (`glance`:
+    `models.metrics.team_glance` read already)."""
     from models import metrics, presence
 
     state = presence.team_state(team)
-    status = _by_member(metrics.member_status(team))
-    work = _by_member(metrics.member_work(team))
-    plans = _by_member(metrics.approval_waits(team))
+    known = (glance or metrics.team_glance(team))["members"]
     rows = []
     for member, unread in state["unread"].items():
-        s, w, p = status.get(member, {}), work.get(member, {}), plans.get(member, {})
+        m = known.get(member, {})
         rows.append(
             {
                 "member": member,
-                "status": s.get("status") or "idle",
+                "status": m.get("status") or "idle",
                 "active": member in state["active_members"],
                 "unread": unread,
-                "tasks done": _int(s.get("tasks_completed")),
-                "tokens": _int(s.get("tokens_used")) or _int(w.get("tokens")),
-                "steps": _int(w.get("steps")),
-                "tool calls": _int(w.get("tool_calls")),
-                "plans": _int(p.get("requests")),
-                "plans pending": _int(p.get("pending")),
-                "plan wait s": round(float(w.get("approval_wait_s") or 0.0), 1),
+                "tasks done": _int(m.get("tasks_completed")),
+                "tokens": _int(m.get("tokens_used")) or _int(m.get("tokens")),
+                "steps": _int(m.get("steps")),
+                "tool calls": _int(m.get("tool_calls")),
+                "plans": _int(m.get("requests")),
+                "plans pending": _int(m.get("pending")),
+                "plan wait s": round(float(m.get("approval_wait_s") or 0.0), 1),
             }
         )
     return rows
 
 
-def team_markdown(team: str, rows: list[dict[str, Any]], by: str) -> str:
+def team_markdown(
+    team: str, rows: list[dict[str, Any]], by: str, glance: dict[str, Any] | None = None
+) -> str:
     """The team's state at a glance (the `team-<name>` artifact), updated `by` a run."""
     from models import approval, metrics
     from models.base import utcnow
     from models.team import settings_of
 
     lead = settings_of(team).lead
-    counts = {r["status"]: r["tasks"] for r in metrics.tasks_by_status(team).to_dict("records")}
+    counts = (glance or metrics.team_glance(team))["tasks"]
     order = ["pending", "in_progress", "completed", "archived"]
     tasks = ", ".join(f"{counts.get(s, 0)} {s.replace('_', ' ')}" for s in order)
     waiting = approval.list_requests(team, pending=True)
@@ -113,8 +111,11 @@ async def publish(team: str, *, by: str, table: bool = True) -> None:
     from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 
     def read() -> tuple[list[dict[str, Any]], str]:
-        rows = member_rows(team)
-        return rows, team_markdown(team, rows, by)
+        from models import metrics
+
+        glance = metrics.team_glance(team)
+        rows = member_rows(team, glance)
+        return rows, team_markdown(team, rows, by, glance)
 
     rows, markdown = await anyio.to_thread.run_sync(read)
     if table:

@@ -367,6 +367,49 @@ def tasks_by_status(team: str | None, since: Since = None, *, url: str | None = 
     return _frame(stmt.order_by(T.team, T.status), url)
 
 
+def team_glance(team: str, *, url: str | None = None) -> dict[str, Any]:
+    """What the Prefect UI's members' table and team artifact show (`flows.team_view`), as
+    plain values from four aggregate queries on one connection: no pandas, no percentiles,
+    since every team task and alert run publishes it.
+
+    `{"members": {member: {status, tasks_completed, tokens_used (task_status); tokens,
+    steps, tool_calls, approval_wait_s (summed over task_metrics); requests, pending (plan
+    requests)}}, "tasks": {status: count}}`. The sums are `member_work`'s and the plan
+    counts `approval_waits`', over all history."""
+    S, M = TaskStatusRow, TaskMetricsRow
+    queries = [
+        sa.select(S.member, S.status, S.tasks_completed, S.tokens_used).where(S.team == team),
+        sa.select(
+            M.member,
+            sa.func.sum(M.tokens).label("tokens"),
+            sa.func.sum(M.steps).label("steps"),
+            sa.func.sum(M.tool_calls).label("tool_calls"),
+            sa.func.sum(M.approval_wait_s).label("approval_wait_s"),
+        )
+        .where(M.team == team)
+        .group_by(M.member),
+        sa.select(
+            P.member,
+            sa.func.count().label("requests"),
+            sa.func.count().filter(P.decided_at.is_(None)).label("pending"),
+        )
+        .where(P.team == team)
+        .group_by(P.member),
+    ]
+    tasks = sa.select(TaskRow.status, sa.func.count()).where(TaskRow.team == team)
+    members: dict[str, dict[str, Any]] = {}
+    with _reading(url) as conn:
+        for stmt in queries:
+            result = conn.execute(stmt)
+            keys = list(result.keys())
+            for row in result.cursor.fetchall():
+                values = [_number(v) if isinstance(v, Decimal) else v for v in row]
+                members.setdefault(values[0], {}).update(zip(keys[1:], values[1:], strict=True))
+            result.close()
+        counts = dict(conn.execute(tasks.group_by(TaskRow.status)).tuples().all())
+    return {"members": members, "tasks": counts}
+
+
 def member_status(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     """Each member's `004` task status now: status, tasks_completed, tokens_used, ..."""
     S = TaskStatusRow

@@ -158,6 +158,42 @@ def test_approval_metrics(filled: str) -> None:
     assert (timeouts["approve"].requests, timeouts["approve"].timed_out) == (1, 0)
 
 
+def test_team_glance_has_the_sums_and_counts_of_the_frames(filled: str) -> None:
+    # What every team task publishes to the Prefect UI (flows.team_view): plain values, the
+    # same as member_work, approval_waits, member_status and tasks_by_status give.
+    from models.task import ExecutionStatus, create_task, set_member_status
+
+    create_task(TEAM, title="one", assignees=["analyst-1"])
+    create_task(TEAM, title="two", assignees=["analyst-2"])
+    set_member_status(TEAM, "analyst-1", status=ExecutionStatus.RUNNING, tokens=40)
+    set_member_status(TEAM, "analyst-2", status=ExecutionStatus.COMPLETE, completed=True)
+    glance = m.team_glance(TEAM)
+    one = glance["members"]["analyst-1"]
+    assert (one["tokens"], one["steps"], one["tool_calls"], one["approval_wait_s"]) == (
+        250, 6, 8, 15.0,
+    )  # fmt: skip
+    assert (one["requests"], one["pending"]) == (3, 1)
+    assert (one["status"], one["tokens_used"]) == ("running", 40)
+    assert glance["members"]["analyst-2"]["tasks_completed"] == 1
+    assert "helper" not in glance["members"]  # another team's
+
+    work = m.member_work(TEAM).set_index("member")
+    waits = m.approval_waits(TEAM).set_index("member")
+    status = m.member_status(TEAM).set_index("member")
+    for member in work.index:
+        for key in ("tokens", "steps", "tool_calls", "approval_wait_s"):
+            assert glance["members"][member][key] == work.loc[member, key], (member, key)
+    for member in waits.index:
+        got = glance["members"][member]
+        assert (got["requests"], got["pending"]) == tuple(
+            waits.loc[member, ["requests", "pending"]]
+        )
+    for member in status.index:
+        assert glance["members"][member]["status"] == status.loc[member, "status"]
+    assert glance["tasks"] == {r.status: r.tasks for r in m.tasks_by_status(TEAM).itertuples()}
+    assert sum(glance["tasks"].values()) == 2
+
+
 def test_unread_backlog_lists_every_member(filled: str) -> None:
     backlog = {r.member: r.unread for r in m.unread_backlog(TEAM).itertuples()}
     for name in ("coordinator", "analyst-1", "analyst-2", "analyst-3"):
