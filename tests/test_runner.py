@@ -253,6 +253,16 @@ def test_a_started_run_is_picked_up_at_once_and_delivers_the_alert(
             "the run to complete",
         )
         assert {"teamflow", f"team:{TEAM}", "TIMER"} <= set(final["tags"])
+        # The worker labels the run beside it (no retries), as Prefect's worker does before.
+        labels = wait_until(
+            lambda: (
+                (got := flow_run(on_server, started.id)["labels"]).get("prefect.worker.name")
+                and got
+            ),
+            60,
+            "the worker's labels on the run",
+        )
+        assert labels["prefect.work-pool.name"] == "teamflow"
         [message] = [m for m in inbox.messages(TEAM, "analyst-1") if m.type == "system_alert"]
         assert message.payload == {"alert_type": "TIMER", "alert_name": "standup", "message": "Now"}
     finally:

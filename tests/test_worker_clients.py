@@ -65,3 +65,19 @@ def test_the_answer_is_asked_again_once_it_is_old(
 ) -> None:
     monkeypatch.setattr(worker, "STORAGE_LOOKUP_S", 0.0)
     assert storage_lookups(3, monkeypatch) == 3
+
+
+def test_the_job_environment_is_made_once_per_settings_and_follows_them() -> None:
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.workers.process import ProcessJobConfiguration
+
+    made = worker.TeamflowJobConfiguration._base_environment()
+    assert made == ProcessJobConfiguration._base_environment()
+    made["EXTRA"] = "changed by a caller"
+    assert "EXTRA" not in worker.TeamflowJobConfiguration._base_environment()
+    with temporary_settings(updates={PREFECT_API_URL: "http://elsewhere:4200/api"}):
+        moved = worker.TeamflowJobConfiguration._base_environment()
+    assert moved["PREFECT_API_URL"] == "http://elsewhere:4200/api"
+    back = worker.TeamflowJobConfiguration._base_environment()
+    assert back == ProcessJobConfiguration._base_environment()
+    assert back.get("PREFECT_API_URL") != "http://elsewhere:4200/api"
