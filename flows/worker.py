@@ -147,6 +147,31 @@ def cache_server_result_storage() -> None:
     results._aread_server_default_result_storage_block_id = cached_aread
 
 
+DEFINITION_READ_S = 10.0
+"""How long a worker reuses a deployment or flow it read: a change reaches it within that."""
+
+
+def keep_definition_reads(client: Any, seconds: float = DEFINITION_READ_S) -> None:
+    """Makes `client` (a worker's) reuse what `read_deployment` and `read_flow` gave for
+    `seconds`, as deep copies (Prefect merges a run's job variables into the deployment's).
+
+    Prefect's worker reads a run's deployment twice and its flow once for every run it
+    submits, and the server's CPU is what bounds team tasks a second. A deleted deployment
+    still takes runs for up to `seconds`.
+    """
+    for name in ("read_deployment", "read_flow"):
+        method = getattr(client, name)
+        kept: dict[Any, tuple[float, Any]] = {}
+
+        async def read(key: Any, _method: Any = method, _kept: dict = kept) -> Any:
+            hit = _kept.get(key)
+            if hit is None or time.monotonic() - hit[0] >= seconds:
+                hit = _kept[key] = (time.monotonic(), await _method(key))
+            return hit[1].model_copy(deep=True)
+
+        setattr(client, name, read)
+
+
 @contextlib.asynccontextmanager
 async def api_clients() -> AsyncIterator[None]:
     """Prefect's API clients (async and sync), made once for every flow run inside, and the
@@ -399,6 +424,10 @@ class TeamflowWorker(ProcessWorker):
             self.get_flow_run_logger(flow_run).exception("teamflow worker: the run broke off")
             return ProcessWorkerResult(status_code=1, identifier=str(os.getpid()))
         return ProcessWorkerResult(status_code=0, identifier=str(os.getpid()))
+
+    async def setup(self) -> None:
+        await super().setup()
+        keep_definition_reads(self.client)
 
     async def get_and_submit_flow_runs(self) -> list[FlowRun]:
         """Prefect's poll, riding out an outage of the Prefect API (see `_while_away`)."""

@@ -81,3 +81,44 @@ def test_the_job_environment_is_made_once_per_settings_and_follows_them() -> Non
     back = worker.TeamflowJobConfiguration._base_environment()
     assert back == ProcessJobConfiguration._base_environment()
     assert back.get("PREFECT_API_URL") != "http://elsewhere:4200/api"
+
+
+def test_a_worker_reads_a_deployment_and_its_flow_once_in_a_while(
+    prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect import get_client
+
+    requests: collections.Counter[str] = collections.Counter()
+    async_send = httpx.AsyncClient.send
+
+    async def acounted(self: Any, request: httpx.Request, *args: Any, **kwargs: Any) -> Any:
+        requests[f"{request.method} {request.url.path.split('/')[2]}"] += 1
+        return await async_send(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(httpx.AsyncClient, "send", acounted)
+
+    async def main() -> None:
+        async with get_client() as client:
+            flow_id = await client.create_flow_from_name("kept-reads")
+            deployment_id = await client.create_deployment(
+                flow_id=flow_id, name="kept", job_variables={"env": {"A": "1"}}
+            )
+            worker.keep_definition_reads(client, seconds=60)
+            requests.clear()
+            first = await client.read_deployment(deployment_id)
+            first.job_variables["env"]["B"] = "2"  # as Prefect merges a run's variables
+            again = await client.read_deployment(deployment_id)
+            assert again.job_variables == {"env": {"A": "1"}}
+            assert (await client.read_flow(flow_id)).name == "kept-reads"
+            await client.read_flow(flow_id)
+            assert (requests["GET deployments"], requests["GET flows"]) == (1, 1)
+
+            await client.update_deployment(deployment_id, DeploymentUpdate(paused=True))
+            assert (await client.read_deployment(deployment_id)).paused is False  # kept
+        async with get_client() as client:
+            worker.keep_definition_reads(client, seconds=0)  # nothing kept: read each time
+            assert (await client.read_deployment(deployment_id)).paused is True
+
+    from prefect.client.schemas.actions import DeploymentUpdate
+
+    asyncio.run(main())
