@@ -55,7 +55,6 @@ TARGET_P50_S = 0.15  # issue 16
 TARGET_TASKS_PER_S = 5.0  # issue 16: sustained, two workers
 TEAM = "bench-team"
 FLOOR = "empty Prefect flow run"
-DEPLOYMENT = "team-task/team-task"
 FINISH = {"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True, "response": "ok"}
 ONE_TOOL = {
     "status": "EXECUTING",
@@ -216,8 +215,8 @@ def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]
             for i in range(tasks):
                 task = create_task(TEAM, title=f"sustained {i}", assignees=["worker"],
                                    params={"path": str(data)})  # fmt: skip
-                parameters = {"task_id": str(task.id), "team": TEAM}
-                run_ids.append(runner.start(DEPLOYMENT, parameters, require_worker=False).id)
+                # As `teamflow task run` starts it (the pool is paused, no worker yet).
+                run_ids.append(runner.start_task(str(task.id), require_worker=False).id)
             return run_ids
 
         cpu: dict[str, float] = {}

@@ -256,25 +256,33 @@ def _host_port(api: str) -> str:
     return f"port {port} on {parts.hostname}"
 
 
-def start_task(task_id: str) -> StartedRun:
+def start_task(task_id: str, *, require_worker: bool = True) -> StartedRun:
     """Starts a team task's `team-task` run (what `teamflow task run ID` does).
 
     A task the watchdog closed as failed (its run died) is made pending again first, as its
     next attempt: the run gets a new idempotency key, so a new run starts instead of the
     dead one being handed back. Starting a task twice otherwise returns the first run.
+    The run is created with its name and tags, so it does not have to add its tags itself.
     """
     from models.task import get_task
     from models.watchdog import reopen_task, task_run_key
 
     row = reopen_task(task_id)
     task = get_task(str(row.id))
+    assignees = [a.assignee_id for a in task.assignees]
     return start(
         "team-task/team-task",
         {"task_id": str(row.id), "team": row.team},
         idempotency_key=task_run_key(row.id, row.attempt),
-        tags=[f"team:{row.team}"],
-        flow_run_name=task_run_name(task.team, task.title, [a.assignee_id for a in task.assignees]),
+        tags=task_run_tags(task.team, assignees),
+        flow_run_name=task_run_name(task.team, task.title, assignees),
+        require_worker=require_worker,
     )
+
+
+def task_run_tags(team: str, assignees: list[str]) -> list[str]:
+    """The tags of a team task's run: `team:{team}` and `member:{name}` per assignee."""
+    return [f"team:{team}", *(f"member:{m}" for m in assignees)]
 
 
 def task_run_name(team: str, title: str, assignees: list[str]) -> str:

@@ -48,6 +48,7 @@ from prefect.utilities.annotations import quote
 
 from flows import dependencies
 from flows.memory_actions import RECALL, REMEMBER, memory_action
+from flows.runner import task_run_tags
 from flows.runtimes import (
     ResultPending,
     StepError,
@@ -306,7 +307,7 @@ async def tool_action(
     from flows.plan_approval import tag_run
 
     extra = [f"task:{team_task_id}"] if team_task_id else []
-    tagging = asyncio.ensure_future(tag_run(*run_tags(team, [member]), *extra))
+    tagging = asyncio.ensure_future(tag_run(*task_run_tags(team, [member]), *extra))
     try:
         outcome = await run_tool(tool_id, params, team, member, resources)
     finally:
@@ -981,11 +982,6 @@ def _run_name() -> str:
     return task_run_name(info["team"], info["title"], info["assignees"])
 
 
-def run_tags(team: str, assignees: list[str]) -> list[str]:
-    """The tags of a task's run: `team:{team}` and `member:{name}` per assignee."""
-    return [f"team:{team}", *(f"member:{m}" for m in assignees)]
-
-
 @flow(name=FLOW_NAME, flow_run_name=_run_name, persist_result=False)
 async def team_task(
     task_id: str, team: str | None = None, max_steps: int = DEFAULT_MAX_STEPS
@@ -1022,7 +1018,7 @@ async def team_task(
 
     # The run that works the task gets its tags while the members work (no round trip of its
     # own); a run that finds the task claimed already keeps just the tags it started with.
-    tagging = asyncio.ensure_future(tag_run(*run_tags(team, info["assignees"])))
+    tagging = asyncio.ensure_future(tag_run(*task_run_tags(team, info["assignees"])))
     try:
         works = list(await asyncio.gather(*(bounded(m) for m in info["assignees"])))
     finally:
