@@ -172,10 +172,8 @@ def test_busy_member_refuses_finishes_its_task_then_approves(prefect_api: str) -
 @sqlite_only
 def test_no_answer_by_the_timeout_forces_the_shutdown(prefect_api: str) -> None:
     research_team()
-    started = time.monotonic()
-    outcome = start(member="analyst-2", reason="over budget", timeout_s=1).result()
-    # Only a bound against a hang: the forced shutdown itself is asserted below.
-    assert time.monotonic() - started < 120
+    # A bound against a hang only: the forced shutdown itself is asserted below.
+    outcome = start(member="analyst-2", reason="over budget", timeout_s=1).result(timeout=120)
     assert (outcome["status"], outcome["forced"]) == ("forced", True)
     assert outcome["cause"] == "no answer within 1 s"
     gone = member("analyst-2")

@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -236,14 +235,12 @@ def test_up_refuses_a_database_it_cannot_reach(
     driver = "psycopg" if variable.startswith("TEAMFLOW") else "asyncpg"
     env = {**up_env, variable: f"postgresql+{driver}://teamflow@127.0.0.1:{free_port()}/gone"}
 
-    started = time.monotonic()
-    result = teamflow(["up"], env)
+    result = teamflow(["up"], env, timeout=60)  # refused at once, not after retrying
 
     assert result.returncode == 1
     [line] = result.stderr.strip().splitlines()
     assert line.startswith(f"teamflow: error: {says} postgresql+{driver}://teamflow@127.0.0.1:")
     assert "refused" in line.lower()
-    assert time.monotonic() - started < 60
     assert not healthy(env["PREFECT_API_URL"])
 
 
