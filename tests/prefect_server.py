@@ -17,8 +17,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,8 @@ class Server:
     process: subprocess.Popen | None
     log: Path
     deployed: subprocess.CompletedProcess | None = None
+    deleted_runs: set[str] = field(default_factory=set)
+    """Flow runs a test deleted: events of theirs that come late cannot be recorded."""
 
 
 # What a healthy server never logs: a traceback, an ERROR record, or the exception line
@@ -110,27 +112,41 @@ _RETRIED_FLUSH = re.compile(
 )
 
 
-def log_errors(log: Path) -> list[str]:
+# A task run of a flow run the test deleted: Prefect delivers some task-run events late (a
+# minute after the run, seen here), and its recorder retries the insert for ever, failing
+# on the foreign key to the deleted flow run. Tolerated for the runs a test deleted only.
+_ORPHANED_FLUSH = re.compile(
+    r"task_run_recorder - Error flushing \d+ events \(\d+ to retry, 0 dropped\)"
+    r"(?s:.*)FOREIGN KEY constraint failed(?s:.*)'flow_run_id_m0': '([0-9a-f-]{36})'"
+)
+
+
+def log_errors(log: Path, deleted_runs: Collection[str] = ()) -> list[str]:
     """The lines of a server's log that report an error (see `_LOG_ERROR`), leaving out
-    the records of `_RETRIED_FLUSH`."""
+    the records of `_RETRIED_FLUSH`, and those of `_ORPHANED_FLUSH` for `deleted_runs`."""
     if not log.exists():
         return []
     text = log.read_text()
     starts = [0, *(m.start() for m in _RECORD.finditer(text)), len(text)]
     records = [text[a:b] for a, b in itertools.pairwise(starts) if a < b]
+
+    def tolerated(record: str) -> bool:
+        orphaned = _ORPHANED_FLUSH.search(record)
+        return bool(_RETRIED_FLUSH.search(record) or (orphaned and orphaned[1] in deleted_runs))
+
     return [
         line
         for record in records
-        if not _RETRIED_FLUSH.search(record)
+        if not tolerated(record)
         for line in record.splitlines()
         if _LOG_ERROR.search(line)
     ]
 
 
-def assert_clean_log(log: Path) -> None:
+def assert_clean_log(log: Path, deleted_runs: Collection[str] = ()) -> None:
     """Fails if the server (its API or its services) logged errors to `log`, quoting the
     first one whole (its traceback) and the error lines of the rest."""
-    errors = log_errors(log)
+    errors = log_errors(log, deleted_runs)
     if not errors:
         return
     lines = log.read_text().splitlines()
@@ -174,7 +190,7 @@ def prefect_server(
         if server.process is not None:
             stop(server.process)
     if clean_log:
-        assert_clean_log(server.log)
+        assert_clean_log(server.log, server.deleted_runs)
 
 
 @contextlib.contextmanager

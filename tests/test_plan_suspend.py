@@ -153,6 +153,7 @@ def test_a_suspended_plan_survives_a_server_restart_and_resumes_with_the_decisio
                   if m.payload["requestId"] == request_id]  # fmt: skip
     assert response.payload["approve"] is True
     # The record outlives the run: delete it from Prefect, and teamflow still knows.
+    server.deleted_runs.add(run_id)
     with get_client(sync_client=True) as client:
         client.delete_flow_run(UUID(run_id))
     listed = teamflow(["plan", "list", TEAM, "--json"], env)

@@ -157,3 +157,15 @@ def test_the_log_check_tolerates_only_a_flush_retried_whole(tmp_path: Path) -> N
     assert len(log_errors(log)) == 3 and "1 dropped" in log_errors(log)[0]
     log.write_text(fine + other)
     assert log_errors(log)[0].endswith("Encountered error")
+
+    # A late task-run event of a flow run the test deleted: only for the runs it deleted.
+    deleted, kept = "82429a92-85f1-4bd8-ade7-34dfc6a46663", "0a90c619-4515-4dcb-b427-211f51e12681"
+    orphaned = retried.replace(
+        "sqlalchemy.exc.OperationalError: (sqlite3.OperationalError) database is locked\n",
+        "sqlalchemy.exc.IntegrityError: (sqlite3.IntegrityError) FOREIGN KEY constraint failed\n"
+        "[SQL: INSERT INTO task_run (flow_run_id, ...) VALUES (...)]\n"
+        f"[parameters: {{'flow_run_id_m0': '{deleted}', 'task_key_m0': 'record_request'}}]\n",
+    )
+    log.write_text(fine + orphaned)
+    assert log_errors(log, {deleted}) == []
+    assert log_errors(log, {kept}) and log_errors(log)
