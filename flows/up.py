@@ -525,8 +525,13 @@ class _Stop(BaseException):
 
 
 def up(*, host: str | None = None, echo: Callable[[str], None] = print) -> None:
-    """Brings teamflow up (see the module docstring) and keeps it up until Ctrl-C/SIGTERM."""
+    """Brings teamflow up (see the module docstring) and keeps it up until Ctrl-C/SIGTERM.
+
+    Ctrl-C (SIGINT) stops it even when it was started with SIGINT ignored, as a shell
+    without job control starts a command in the background (`teamflow up &`, `nohup`):
+    Python would keep ignoring it, and `kill -INT` would do nothing."""
     previous = signal.signal(signal.SIGTERM, _raise_stop)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     state: Up | None = None
     try:
         state = bring_up(host=host, echo=echo)
@@ -541,6 +546,7 @@ def up(*, host: str | None = None, echo: Callable[[str], None] = print) -> None:
                 state.stop()
         finally:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def _raise_stop(_signum: int, _frame: Any) -> None:

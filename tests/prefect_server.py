@@ -229,15 +229,18 @@ def _libc_prctl() -> Any:
 _PRCTL = _libc_prctl()
 
 
-def with_the_tests() -> Any:
+def with_the_tests(*, sigint_ignored: bool = False) -> Any:
     """A `preexec_fn`: the child gets SIGTERM when the test process ends, however it ends.
 
     Children run in their own session (their process group is stopped as a whole), so a
     test run that is killed outright would otherwise leave its servers and workers behind.
+    With `sigint_ignored`, the child starts with SIGINT ignored, as a shell without job
+    control starts a command in the background.
     """
     parent = os.getpid()
 
     def preexec() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.SIG_DFL)
         if _PRCTL is not None:
             _PRCTL(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
         if os.getppid() != parent:  # the tests ended before the line above
@@ -261,13 +264,18 @@ def restart(server: Server) -> None:
     assert process.poll() is None, server.log.read_text()[-3000:]
 
 
-def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """A teamflow command (`python -m flows.cli ...`) in its own session, output to `log`."""
+def start(
+    args: list[str], env: dict[str, str], log: Path, *, sigint_ignored: bool = False
+) -> subprocess.Popen:
+    """A teamflow command (`python -m flows.cli ...`) in its own session, output to `log`.
+
+    It starts with SIGINT's default action, however the tests were started (a test run
+    started in the background ignores SIGINT), unless `sigint_ignored`."""
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "flows.cli", *args],
             env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=with_the_tests(),
+            start_new_session=True, preexec_fn=with_the_tests(sigint_ignored=sigint_ignored),
         )  # fmt: skip
 
 

@@ -161,8 +161,10 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         assert json.loads(ran.stdout)["task_id"] == task_id
         wait_until(lambda: get_task(task_id).status == "completed", 180, "the team task")
 
-        # A second `teamflow up` reuses the server and adds a worker of its own.
-        second = start(["up"], env, tmp_path / "up-2.log")
+        # A second `teamflow up` reuses the server and adds a worker of its own. It is
+        # started as a shell without job control starts `teamflow up &` (SIGINT ignored);
+        # Ctrl-C (`kill -INT`) still stops it.
+        second = start(["up"], env, tmp_path / "up-2.log", sigint_ignored=True)
         output_2 = wait_for_up(second, tmp_path / "up-2.log")
         assert f"reusing the Prefect server at {api}" in output_2
         [second_worker] = started_pids(output_2)
