@@ -18,13 +18,24 @@ events the server had stored already. When every event of a batch is stored alre
 persister retries the whole flush five times and drops it, with any new events in it.
 This skips such a batch (`skip_stored_event_batches`), as the PostgreSQL writer does.
 
+A third, of waiting on SQLite: a writer that finds the write lock taken sleeps in SQLite's
+busy handler, 1 ms, then 2, 5, 10, ... up to 100 ms a round, and tries again; the lock may
+have been free for most of that sleep, and under load a writer can lose round after round
+(one `BEGIN IMMEDIATE` measured 1.5 s while each transaction took about 20 ms). All of the
+server's writers are coroutines of one event loop, so `write_gate` has them take turns
+there instead (FIFO, an `asyncio.Lock`): a writer waits for the gate, not in SQLite, and
+goes the moment the one before it commits. Writers of other processes still meet SQLite's
+lock and busy timeout, as before.
+
 `teamflow up` starts its server through this module; arguments are `prefect server`'s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import sys
+import weakref
 from typing import Any
 
 
@@ -74,10 +85,92 @@ def skip_stored_event_batches() -> None:
     database._write_sqlite_events = _write_sqlite_events
 
 
+GATE_WAIT_S = 30.0
+"""The longest a writer waits for the gate; then it waits in SQLite (its busy timeout), as
+without the gate (so a writer the gate's holder itself waits for is not stuck for good)."""
+WRITES = ("BEGIN IMMEDIATE", "BEGIN EXCLUSIVE", "INSERT", "UPDATE", "DELETE", "REPLACE")
+
+_gates: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
+_held: dict[int, asyncio.Lock] = {}
+"""The gate each connection holds, by `id` of its aiosqlite connection."""
+
+
+def write_gate() -> None:
+    """Makes the server's SQLite writers take turns in its event loop, not in SQLite's busy
+    handler (see the module's docstring).
+
+    A connection takes the gate before a statement that writes (or `BEGIN IMMEDIATE`) and
+    keeps it while its transaction lasts: until its commit, rollback or close, or at once
+    after a write outside a transaction (it committed itself)."""
+    from sqlalchemy.dialects.sqlite import aiosqlite as adapter
+    from sqlalchemy.util.concurrency import await_only
+
+    cursor = adapter.AsyncAdapt_aiosqlite_cursor
+    connection = adapter.AsyncAdapt_aiosqlite_connection
+    if getattr(cursor.execute, "teamflow_gate", False):
+        return
+
+    def gated(run: Any) -> Any:
+        @functools.wraps(run)
+        def statement(self: Any, operation: Any, *args: Any, **kwargs: Any) -> Any:
+            conn = self._adapt_connection._connection
+            if id(conn) in _held or not operation.lstrip()[:15].upper().startswith(WRITES):
+                return run(self, operation, *args, **kwargs)
+            took = await_only(_take(id(conn)))
+            try:
+                return run(self, operation, *args, **kwargs)
+            finally:
+                if took and not _in_transaction(conn):
+                    _release(id(conn))
+
+        statement.teamflow_gate = True  # type: ignore[attr-defined]
+        return statement
+
+    def ending(end: Any) -> Any:
+        @functools.wraps(end)
+        def ended(self: Any) -> Any:
+            try:
+                return end(self)
+            finally:
+                _release(id(self._connection))
+
+        return ended
+
+    cursor.execute = gated(cursor.execute)  # type: ignore[method-assign]
+    cursor.executemany = gated(cursor.executemany)  # type: ignore[method-assign]
+    for name in ("commit", "rollback", "close"):
+        setattr(connection, name, ending(getattr(connection, name)))
+
+
+async def _take(conn: int) -> bool:
+    gate = _gates.setdefault(asyncio.get_running_loop(), asyncio.Lock())
+    try:
+        async with asyncio.timeout(GATE_WAIT_S):
+            await gate.acquire()
+    except TimeoutError:
+        return False
+    _held[conn] = gate
+    return True
+
+
+def _release(conn: int) -> None:
+    gate = _held.pop(conn, None)
+    if gate is not None:
+        gate.release()
+
+
+def _in_transaction(conn: Any) -> bool:
+    try:
+        return bool(conn.in_transaction)
+    except Exception:  # closed
+        return False
+
+
 def main(argv: list[str] | None = None) -> None:
     """Runs `prefect server ARGV...` (default: this process's arguments)."""
     immediate_sqlite_transactions()
     skip_stored_event_batches()
+    write_gate()
     from prefect.cli import app
 
     sys.argv = ["prefect", "server", *(sys.argv[1:] if argv is None else argv)]

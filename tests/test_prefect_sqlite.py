@@ -1,6 +1,7 @@
 """Prefect's server on SQLite: a transaction that reads, then writes, waits for a writer
-instead of failing, and events sent again after an outage are not a failed flush
-(`flows.server`, which `teamflow up` starts the server with).
+instead of failing, writers of the server take turns at a gate instead of polling SQLite's
+lock, and events sent again after an outage are not a failed flush (`flows.server`, which
+`teamflow up` starts the server with).
 
 The scenario is the one that made Prefect's services log "database is locked" under load
 (the automation triggers' `increment_bucket`, the task-run recorder, a run's state
@@ -19,7 +20,8 @@ import pytest
 import sqlalchemy as sa
 from prefect.server.database.configurations import AioSqliteConfiguration
 
-from flows.server import immediate_sqlite_transactions, skip_stored_event_batches
+from flows import server
+from flows.server import immediate_sqlite_transactions, skip_stored_event_batches, write_gate
 
 
 async def _read_then_write(path: Path) -> list[str]:
@@ -68,6 +70,88 @@ def test_with_flows_server_the_reader_holds_the_write_lock_and_the_other_writer_
     assert AioSqliteConfiguration.begin_transaction.__wrapped__ is original
 
     assert asyncio.run(_read_then_write(tmp_path / "prefect.db")) == ["a", "b"]
+
+
+async def _two_writers(path: Path, *, a_ends: str = "commit") -> list[str]:
+    """A writes in a transaction and holds it a moment; B writes meanwhile (the first of
+    its two writes outside a transaction), then again; then A ends (`a_ends`: commit or
+    rollback). SQLite's busy timeout is 0: a writer that has to wait in SQLite fails at
+    once. Returns the rows written."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    engine = create_async_engine(f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 0})
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("PRAGMA journal_mode = WAL"))
+            await conn.execute(sa.text("CREATE TABLE bucket (who TEXT)"))
+        a_wrote = asyncio.Event()
+
+        async def b() -> None:
+            await a_wrote.wait()
+            async with engine.connect() as conn:
+                auto = await conn.execution_options(isolation_level="AUTOCOMMIT")
+                await auto.execute(sa.text("INSERT INTO bucket VALUES ('b')"))
+            async with engine.begin() as conn:
+                await conn.execute(sa.text("INSERT INTO bucket VALUES ('b2')"))
+
+        writer = asyncio.create_task(b())
+        async with engine.connect() as conn:
+            await conn.execute(sa.text("INSERT INTO bucket VALUES ('a')"))
+            a_wrote.set()
+            await asyncio.sleep(0.3)  # B writes here, unless it must wait for A
+            await (conn.commit() if a_ends == "commit" else conn.rollback())
+        await writer
+        async with engine.connect() as conn:
+            return [row[0] for row in await conn.execute(sa.text("SELECT who FROM bucket"))]
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def gate_undone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`write_gate`'s changes to SQLAlchemy's aiosqlite adapter are undone after the test."""
+    from sqlalchemy.dialects.sqlite import aiosqlite as adapter
+
+    for cls, names in (
+        (adapter.AsyncAdapt_aiosqlite_cursor, ("execute", "executemany")),
+        (adapter.AsyncAdapt_aiosqlite_connection, ("commit", "rollback", "close")),
+    ):
+        for name in names:
+            monkeypatch.setattr(cls, name, getattr(cls, name))
+
+
+def test_without_the_gate_a_writer_that_finds_the_lock_taken_waits_in_sqlite(
+    tmp_path: Path,
+) -> None:
+    """SQLite makes it wait in its busy handler (sleeping, then trying again); with a busy
+    timeout of 0 it fails at once, which is how this shows it."""
+    with pytest.raises(sa.exc.OperationalError, match="database is locked"):
+        asyncio.run(_two_writers(tmp_path / "prefect.db"))
+
+
+@pytest.mark.usefixtures("gate_undone")
+@pytest.mark.parametrize("a_ends", ["commit", "rollback"])
+def test_with_the_gate_a_writer_waits_its_turn_and_goes_when_the_transaction_ends(
+    tmp_path: Path, a_ends: str
+) -> None:
+    write_gate()
+    write_gate()  # a second call changes nothing
+    written = asyncio.run(_two_writers(tmp_path / "prefect.db", a_ends=a_ends))
+    assert written == (["a", "b", "b2"] if a_ends == "commit" else ["b", "b2"])
+    assert server._held == {}  # every turn ended: after a commit, a rollback, an autocommit
+
+
+@pytest.mark.usefixtures("gate_undone")
+def test_a_writer_that_waited_too_long_for_the_gate_asks_sqlite_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """So a writer that the gate's holder itself waits for is never stuck for good: it
+    meets SQLite's lock and busy timeout, as without the gate."""
+    monkeypatch.setattr(server, "GATE_WAIT_S", 0.05)
+    write_gate()
+    with pytest.raises(sa.exc.OperationalError, match="database is locked"):
+        asyncio.run(_two_writers(tmp_path / "prefect.db"))
+    assert server._held == {}
 
 
 async def _write_events_again(path: Path) -> list[str]:
