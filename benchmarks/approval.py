@@ -9,6 +9,9 @@ poll as fallback) with Prefect's default `pause_flow_run` (a poll every 10 s):
   (decide in the database + resume) to the run having returned its response, and from
   the Prefect UI form's Submit (the same POST `/flow_runs/{id}/resume` with the form's
   values as `run_input`; the run records the decision) to the same point;
+- with `--load N`, the decision latencies again while another process keeps N flows busy
+  against the same server (each runs flow after flow of 3 tasks, as busy agents do), and
+  how many flow runs a second that load made;
 - API requests per second that M runs make while they all wait (every HTTP request the
   runs' process sends is counted by wrapping httpx); teamflow's runs share one event
   subscription and one batched read per process (`flows.run_watch`).
@@ -25,7 +28,7 @@ temporary teamflow database. Two more measurements, each on a real server starte
 Usage:
 
     .venv/bin/python benchmarks/approval.py [--approvals 20] [--waiting 50] [--window 60]
-    .venv/bin/python benchmarks/approval.py --decisions-only [--approvals 20]
+    .venv/bin/python benchmarks/approval.py --decisions-only [--approvals 20] [--load 4]
     .venv/bin/python benchmarks/approval.py --deadlines 250 [--lead 30]
     .venv/bin/python benchmarks/approval.py --outage 75
 """
@@ -140,7 +143,18 @@ def main() -> None:
         action="store_true",
         help="only the plan-approval flow, decided by the CLI and by the UI form's Submit",
     )
+    parser.add_argument(
+        "--load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also time the decisions while another process keeps N flows busy (e.g. 4)",
+    )
+    parser.add_argument("--load-child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.load_child:
+        busy_flows(args.load_child)
+        return
     if args.deadlines is not None:
         enforce_deadlines(args.deadlines, args.lead)
         return
@@ -321,6 +335,27 @@ def main() -> None:
         )
         if COUNTS["form 503"]:
             print(f"    (the server answered 503 {COUNTS['form 503']} time(s); submitted again)")
+        if args.load:
+            with busy_server(args.load) as load:
+                print(
+                    f"the same, while another process keeps {args.load} flows busy "
+                    "(flow after flow of 3 tasks):"
+                )
+                if not args.decisions_only:
+                    calls = []
+                    waits = latencies(teamflow_wait, "tf-load", args.approvals, calls)
+                    show("teamflow wait_for_input (event stream)", waits)
+                    show("  of which the resume_flow_run call itself", calls)
+                show(
+                    "plan-approval flow: decide + resume -> run done",
+                    plan_flow_latencies(args.approvals, decide_as_the_cli, "cli-load"),
+                )
+                show(
+                    "plan-approval flow: UI form Submit -> run done",
+                    plan_flow_latencies(args.approvals, submit_the_form, "form-load"),
+                )
+            print(f"    (the load: {load()})")
+        print("  target (issue 16): p50 100 ms, p95 300 ms, also under load")
         if args.decisions_only:
             return
         print(f"API requests per second while {args.waiting} runs wait ({args.window:g} s):")
@@ -332,6 +367,84 @@ def main() -> None:
             detail = ", ".join(f"{n} x {k}" for k, n in sorted(counted.items())) or "none"
             print(f"  {label:<48} {rate:6.2f} req/s   ({detail})")
         print("  target (issue 16): under 5 req/s in total while 500 runs wait")
+
+
+@contextlib.contextmanager
+def busy_server(n: int) -> Any:
+    """Another process (`--load-child N`) keeps `n` flows busy against this process's
+    Prefect server for the block; yields `load()`: the flow runs a second it finished, and
+    how busy that kept the server (its CPU time over the block's, in % of one core)."""
+    import subprocess
+
+    import psutil
+    from prefect.settings import PREFECT_API_URL
+
+    server = next(
+        p for p in psutil.Process().children(recursive=True) if "flows.server" in p.cmdline()
+    )
+
+    env = {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}
+    child = subprocess.Popen(
+        [sys.executable, __file__, "--load-child", str(n)],
+        env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    child.stdout.readline()  # "busy": its first flow runs have finished
+    started, cpu = time.monotonic(), sum(server.cpu_times()[:2])
+    figures: list[str] = []
+    try:
+        yield lambda: figures[0]
+    finally:
+        seconds, cpu = time.monotonic() - started, sum(server.cpu_times()[:2]) - cpu
+        out, _ = child.communicate(timeout=60)  # its stdin closed: it stops
+        runs = int(out.split()[-1]) if out.split() else 0
+        figures.append(
+            f"{runs / seconds:.1f} flow runs/s, the server busy {cpu / seconds:.0%} of a core"
+        )
+
+
+def busy_flows(n: int) -> None:
+    """`n` loops, each running a flow of 3 tasks after another until stdin closes; prints
+    "busy" once each loop has finished one, and the count of flow runs finished at the end."""
+    from prefect import flow, task
+
+    @task
+    async def step(i: int) -> int:
+        return i
+
+    @flow(name="bench-load", persist_result=False)
+    async def busy() -> None:
+        for i in range(3):
+            await step(i)
+
+    done = 0
+    stop = asyncio.Event()
+
+    async def main() -> None:
+        nonlocal done
+        loop_ = asyncio.get_running_loop()
+        threading.Thread(
+            target=lambda: (sys.stdin.read(), loop_.call_soon_threadsafe(stop.set)), daemon=True
+        ).start()
+        first = asyncio.Event()
+        ready = 0
+
+        async def loop() -> None:
+            nonlocal done, ready
+            while not stop.is_set():
+                await busy()
+                done += 1
+                if not first.is_set():
+                    ready += 1
+                    if ready == n:
+                        first.set()
+                        done = 0  # counted from here on
+                        print("busy", flush=True)
+
+        await asyncio.gather(*(loop() for _ in range(n)))
+
+    asyncio.run(main())
+    print(done, flush=True)
 
 
 def _real_server(home: Path) -> tuple[Any, Any]:
