@@ -27,6 +27,14 @@ there instead (FIFO, an `asyncio.Lock`): a writer waits for the gate, not in SQL
 goes the moment the one before it commits. Writers of other processes still meet SQLite's
 lock and busy timeout, as before.
 
+A fourth, of the worker channel (the websocket a worker keeps open to the server): a
+worker that goes away while its channel is being set up (as workers do around an outage)
+makes starlette raise `WebSocketDisconnected`, which Prefect 3.8.8 does not count among the
+normal disconnects (`subscriptions.NORMAL_DISCONNECT_EXCEPTIONS`). The server then logs
+errors for a worker that merely left: "Worker channel setup failed due to a transient
+server error", "Exception in ASGI application", "Task exception was never retrieved".
+`quiet_worker_channel_disconnects` counts it as a normal disconnect.
+
 `teamflow up` starts its server through this module; arguments are `prefect server`'s.
 """
 
@@ -83,6 +91,33 @@ def skip_stored_event_batches() -> None:
 
     _write_sqlite_events.teamflow_skips_stored = True  # type: ignore[attr-defined]
     database._write_sqlite_events = _write_sqlite_events
+
+
+def quiet_worker_channel_disconnects() -> None:
+    """Makes the server treat a worker channel whose worker has gone as closed, not as an
+    error (see the module's docstring)."""
+    from prefect.server.utilities import subscriptions, worker_channel
+    from starlette.websockets import WebSocketDisconnected
+
+    if WebSocketDisconnected not in subscriptions.NORMAL_DISCONNECT_EXCEPTIONS:
+        subscriptions.NORMAL_DISCONNECT_EXCEPTIONS = (
+            *subscriptions.NORMAL_DISCONNECT_EXCEPTIONS,
+            WebSocketDisconnected,
+        )
+    connection = worker_channel.WorkerChannelConnection
+    send_loop = connection._send_loop
+    if getattr(send_loop, "teamflow_quiet", False):
+        return
+
+    @functools.wraps(send_loop)
+    async def _send_loop(self: Any, ready: Any) -> None:
+        try:
+            await send_loop(self, ready)
+        except subscriptions.NORMAL_DISCONNECT_EXCEPTIONS:
+            return  # the worker has gone: the channel ends, as its receiving side does
+
+    _send_loop.teamflow_quiet = True  # type: ignore[attr-defined]
+    connection._send_loop = _send_loop  # type: ignore[method-assign]
 
 
 GATE_WAIT_S = 30.0
@@ -171,6 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     immediate_sqlite_transactions()
     skip_stored_event_batches()
     write_gate()
+    quiet_worker_channel_disconnects()
     from prefect.cli import app
 
     sys.argv = ["prefect", "server", *(sys.argv[1:] if argv is None else argv)]
