@@ -426,20 +426,16 @@ def busy_flows(n: int) -> None:
         threading.Thread(
             target=lambda: (sys.stdin.read(), loop_.call_soon_threadsafe(stop.set)), daemon=True
         ).start()
-        first = asyncio.Event()
-        ready = 0
+        ready = False
 
         async def loop() -> None:
             nonlocal done, ready
             while not stop.is_set():
                 await busy()
                 done += 1
-                if not first.is_set():
-                    ready += 1
-                    if ready == n:
-                        first.set()
-                        done = 0  # counted from here on
-                        print("busy", flush=True)
+                if not ready and done == n:  # the load is up: counted from here on
+                    ready, done = True, 0
+                    print("busy", flush=True)
 
         await asyncio.gather(*(loop() for _ in range(n)))
 

@@ -135,8 +135,8 @@ def write_gate() -> None:
     handler (see the module's docstring).
 
     A connection takes the gate before a statement that writes (or `BEGIN IMMEDIATE`) and
-    keeps it while its transaction lasts: until its commit, rollback or close, or at once
-    after a write outside a transaction (it committed itself)."""
+    keeps it while its transaction lasts: until its commit, rollback, close or termination,
+    or at once after a write outside a transaction (it committed itself)."""
     from sqlalchemy.dialects.sqlite import aiosqlite as adapter
     from sqlalchemy.util.concurrency import await_only
 
@@ -173,7 +173,9 @@ def write_gate() -> None:
 
     cursor.execute = gated(cursor.execute)  # type: ignore[method-assign]
     cursor.executemany = gated(cursor.executemany)  # type: ignore[method-assign]
-    for name in ("commit", "rollback", "close"):
+    # `terminate` is how SQLAlchemy ends a connection it invalidated (a request cancelled
+    # mid-transaction): it does not go through `close`.
+    for name in ("commit", "rollback", "close", "terminate"):
         setattr(connection, name, ending(getattr(connection, name)))
 
 

@@ -74,9 +74,9 @@ def test_with_flows_server_the_reader_holds_the_write_lock_and_the_other_writer_
 
 async def _two_writers(path: Path, *, a_ends: str = "commit") -> list[str]:
     """A writes in a transaction and holds it a moment; B writes meanwhile (the first of
-    its two writes outside a transaction), then again; then A ends (`a_ends`: commit or
-    rollback). SQLite's busy timeout is 0: a writer that has to wait in SQLite fails at
-    once. Returns the rows written."""
+    its two writes outside a transaction), then again; then A ends (`a_ends`: commit,
+    rollback, or its connection invalidated). SQLite's busy timeout is 0: a writer that has
+    to wait in SQLite fails at once. Returns the rows written."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
     engine = create_async_engine(f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 0})
@@ -99,7 +99,10 @@ async def _two_writers(path: Path, *, a_ends: str = "commit") -> list[str]:
             await conn.execute(sa.text("INSERT INTO bucket VALUES ('a')"))
             a_wrote.set()
             await asyncio.sleep(0.3)  # B writes here, unless it must wait for A
-            await (conn.commit() if a_ends == "commit" else conn.rollback())
+            if a_ends == "invalidate":  # as SQLAlchemy ends a connection of a cancelled request
+                await conn.invalidate()
+            else:
+                await (conn.commit() if a_ends == "commit" else conn.rollback())
         await writer
         async with engine.connect() as conn:
             return [row[0] for row in await conn.execute(sa.text("SELECT who FROM bucket"))]
@@ -130,7 +133,7 @@ def test_without_the_gate_a_writer_that_finds_the_lock_taken_waits_in_sqlite(
 
 
 @pytest.mark.usefixtures("gate_undone")
-@pytest.mark.parametrize("a_ends", ["commit", "rollback"])
+@pytest.mark.parametrize("a_ends", ["commit", "rollback", "invalidate"])
 def test_with_the_gate_a_writer_waits_its_turn_and_goes_when_the_transaction_ends(
     tmp_path: Path, a_ends: str
 ) -> None:
@@ -138,7 +141,7 @@ def test_with_the_gate_a_writer_waits_its_turn_and_goes_when_the_transaction_end
     write_gate()  # a second call changes nothing
     written = asyncio.run(_two_writers(tmp_path / "prefect.db", a_ends=a_ends))
     assert written == (["a", "b", "b2"] if a_ends == "commit" else ["b", "b2"])
-    assert server._held == {}  # every turn ended: after a commit, a rollback, an autocommit
+    assert server._held == {}  # every turn ended: commit, rollback, termination, autocommit
 
 
 @pytest.mark.usefixtures("gate_undone")

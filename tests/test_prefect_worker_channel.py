@@ -25,7 +25,7 @@ from prefect.client.schemas.worker_channel import (
     WorkerHelloFrame,
 )
 from prefect.types._datetime import now
-from prefect_server import prefect_server
+from prefect_server import prefect_server, wait_until
 
 POOL = "teamflow"
 
@@ -54,6 +54,11 @@ async def _say_hello(url: str, worker: str) -> websockets.ClientConnection:
     return channel
 
 
+def _workers_of_the_pool(api: str) -> set[str]:
+    listed = httpx.post(f"{api}/work_pools/{POOL}/workers/filter", json={}, timeout=30)
+    return {worker["name"] for worker in listed.raise_for_status().json()}
+
+
 async def _workers(api: str) -> str:
     """Workers that leave right after their hello (closing, or dropping the connection),
     then one that stays for its ready frame; returns that frame."""
@@ -63,7 +68,12 @@ async def _workers(api: str) -> str:
         await channel.close()
         channel = await _say_hello(url, f"dropping-{i}")
         channel.transport.abort()
-    await asyncio.sleep(1.0)  # the server is done with them before it is stopped
+    # The server has set each of them up (it records a worker as it makes its ready frame,
+    # then fails to send it): only then does the check of its log cover them.
+    leaving = {f"{how}-{i}" for how in ("closing", "dropping") for i in range(3)}
+    await asyncio.to_thread(
+        wait_until, lambda: leaving <= _workers_of_the_pool(api), 60, "the workers recorded"
+    )
     async with await _say_hello(url, "staying") as channel:
         return str(await channel.recv())
 
