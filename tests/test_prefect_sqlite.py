@@ -72,13 +72,25 @@ def test_with_flows_server_the_reader_holds_the_write_lock_and_the_other_writer_
     assert asyncio.run(_read_then_write(tmp_path / "prefect.db")) == ["a", "b"]
 
 
-async def _two_writers(path: Path, *, a_ends: str = "commit") -> list[str]:
-    """A writes in a transaction and holds it a moment; B writes meanwhile (the first of
-    its two writes outside a transaction), then again; then A ends (`a_ends`: commit,
+async def _two_writers(
+    path: Path, *, a_ends: str = "commit", b_gives_up: bool = False
+) -> list[str]:
+    """A writes in a transaction and holds it until B has tried to write (with
+    `b_gives_up`, until B has ended); B writes meanwhile (the first of its two writes
+    outside a transaction), then again; then A ends (`a_ends`: commit,
     rollback, or its connection invalidated). SQLite's busy timeout is 0: a writer that has
     to wait in SQLite fails at once. Returns the rows written."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
+    turns_asked = 0  # A's write asks the gate for a turn first, B's second
+    take = server._take
+
+    async def counted(conn: int) -> bool:
+        nonlocal turns_asked
+        turns_asked += 1
+        return await take(conn)
+
+    server._take = counted  # type: ignore[assignment]
     engine = create_async_engine(f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 0})
     try:
         async with engine.begin() as conn:
@@ -98,7 +110,10 @@ async def _two_writers(path: Path, *, a_ends: str = "commit") -> list[str]:
         async with engine.connect() as conn:
             await conn.execute(sa.text("INSERT INTO bucket VALUES ('a')"))
             a_wrote.set()
-            await asyncio.sleep(0.3)  # B writes here, unless it must wait for A
+            # B has tried to write: it failed (no gate), or it waits at the gate behind A.
+            async with asyncio.timeout(60):  # a bound against a hang, not a measure
+                while not (writer.done() or (turns_asked >= 2 and not b_gives_up)):
+                    await asyncio.sleep(0.01)
             if a_ends == "invalidate":  # as SQLAlchemy ends a connection of a cancelled request
                 await conn.invalidate()
             else:
@@ -107,6 +122,7 @@ async def _two_writers(path: Path, *, a_ends: str = "commit") -> list[str]:
         async with engine.connect() as conn:
             return [row[0] for row in await conn.execute(sa.text("SELECT who FROM bucket"))]
     finally:
+        server._take = take  # type: ignore[assignment]
         await engine.dispose()
 
 
@@ -153,7 +169,7 @@ def test_a_writer_that_waited_too_long_for_the_gate_asks_sqlite_itself(
     monkeypatch.setattr(server, "GATE_WAIT_S", 0.05)
     write_gate()
     with pytest.raises(sa.exc.OperationalError, match="database is locked"):
-        asyncio.run(_two_writers(tmp_path / "prefect.db"))
+        asyncio.run(_two_writers(tmp_path / "prefect.db", b_gives_up=True))
     assert server._held == {}
 
 
