@@ -35,6 +35,20 @@ errors for a worker that merely left: "Worker channel setup failed due to a tran
 server error", "Exception in ASGI application", "Task exception was never retrieved".
 `quiet_worker_channel_disconnects` counts it as a normal disconnect.
 
+A fifth, of automations on scheduled runs: Prefect's scheduler inserts the runs of a
+schedule with their first state (Scheduled) but emits no event for that state. The event
+of the run's next state (Pending) still names it as the event it follows (`follows`: the
+two are less than 5 minutes apart), and the automations service holds an event until the
+one it follows has arrived, for up to 15 minutes (`PRECEDING_EVENT_LOOKBACK`). So every
+state event of a scheduled run (Pending, Running, Completed, ...) reaches the automations
+15 minutes late; only its heartbeats, which follow nothing, arrive at once. teamflow's
+crash automation (`flows.up.ensure_crash_automation`) then sees a run's last heartbeat
+without the state change that followed, and tries to mark every finished watchdog run
+Crashed: "Action failed: 'Failed to set state: Run is already in terminal state
+COMPLETED.'" in the server's log, and an `automation.action.failed` event in the UI, every
+watchdog run. `scheduled_states_not_awaited` leaves out `follows` when it names such a
+state, which has no event to wait for.
+
 `teamflow up` starts its server through this module; arguments are `prefect server`'s.
 """
 
@@ -118,6 +132,34 @@ def quiet_worker_channel_disconnects() -> None:
 
     _send_loop.teamflow_quiet = True  # type: ignore[attr-defined]
     connection._send_loop = _send_loop  # type: ignore[method-assign]
+
+
+SCHEDULER_STATE_MESSAGE = "Flow run scheduled"
+"""The message of the first state of a run Prefect's scheduler inserts (without an event)."""
+
+
+def scheduled_states_not_awaited() -> None:
+    """Makes the state event that follows the first state of a run made by Prefect's
+    scheduler follow nothing, as there is no event to wait for (see the module's docstring)."""
+    from prefect.server.orchestration import instrumentation_policies as policies
+    from prefect.server.schemas.states import StateType
+
+    original = policies.flow_run_state_change_event
+    if getattr(original, "teamflow_not_awaited", False):
+        return
+
+    @functools.wraps(original)
+    async def flow_run_state_change_event(*, initial_state: Any, **kwargs: Any) -> Any:
+        if (
+            initial_state is not None
+            and initial_state.type == StateType.SCHEDULED
+            and initial_state.message == SCHEDULER_STATE_MESSAGE
+        ):
+            kwargs["initial_state_id"] = None  # used for `follows` only
+        return await original(initial_state=initial_state, **kwargs)
+
+    flow_run_state_change_event.teamflow_not_awaited = True  # type: ignore[attr-defined]
+    policies.flow_run_state_change_event = flow_run_state_change_event
 
 
 GATE_WAIT_S = 30.0
@@ -209,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     skip_stored_event_batches()
     write_gate()
     quiet_worker_channel_disconnects()
+    scheduled_states_not_awaited()
     from prefect.cli import app
 
     sys.argv = ["prefect", "server", *(sys.argv[1:] if argv is None else argv)]

@@ -6,6 +6,13 @@ Prefect 3.8.8), the scheduler logs `InvalidRequestError: Can't evaluate bulk DML
 every loop and a scheduled deployment never runs. Here a `system-alert` schedule every few
 seconds, on a `prefect server start` with its services on and a real `teamflow worker`,
 must produce a run the worker completes, and the server's log must hold no error.
+
+The automations service sees those runs as well: teamflow's crash automation (installed by
+`teamflow up`) hears each run's state changes as they happen, and leaves runs that finished
+alone. Prefect's scheduler emits no event for a scheduled run's first state, and Prefect
+3.8.8 held every later state event of the run for 15 minutes waiting for it, so the
+automation saw only the run's heartbeat and tried to crash every finished scheduled run
+(`flows.server.scheduled_states_not_awaited`).
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from factories import TEAM, research_team
@@ -31,6 +39,7 @@ from prefect_server import assert_clean_log, prefect_server, wait_until
 from teamflow_workers import postgres_databases, register_deployments, teamflow_workers
 
 from flows.system_alert import DEPLOYMENT
+from flows.up import HEARTBEAT_SECONDS, ensure_crash_automation
 from models import db, inbox
 
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
@@ -46,13 +55,23 @@ SERVICES = {
     "PREFECT_SERVER_SERVICES_FOREMAN_LOOP_SECONDS": "2",
     "PREFECT_SERVER_SERVICES_CANCELLATION_CLEANUP_LOOP_SECONDS": "2",
     "PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_LOOP_SECONDS": "2",
+    # Proactive automations (the crash automation) are evaluated every second.
+    "PREFECT_SERVER_EVENTS_PROACTIVE_GRANULARITY": "PT1S",
 }
+CRASH_AFTER_S = 10.0
+"""The crash automation's window here (the least Prefect takes): a finished run it wrongly
+heard of is acted on soon."""
 
 
 def scheduled_run_completes(tmp_path: Path, teamflow_url: str, prefect_url: str | None) -> None:
     db.upgrade(teamflow_url)
     research_team()
-    shared = {"TEAMFLOW_DATABASE_URL": teamflow_url, "TEAMFLOW_HOME": str(tmp_path / "home")}
+    shared = {
+        "TEAMFLOW_DATABASE_URL": teamflow_url,
+        "TEAMFLOW_HOME": str(tmp_path / "home"),
+        # As `teamflow up` starts its worker: its runs send heartbeats.
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_SECONDS),
+    }
     with prefect_server(tmp_path, prefect_url, env=SERVICES) as server:
         register_deployments(server, tmp_path / "deploy.log")
         with (
@@ -60,6 +79,7 @@ def scheduled_run_completes(tmp_path: Path, teamflow_url: str, prefect_url: str 
             temporary_settings(updates={PREFECT_API_URL: server.api}),
             get_client(sync_client=True) as client,
         ):
+            ensure_crash_automation(within_seconds=CRASH_AFTER_S)
             deployment = client.read_deployment_by_name(DEPLOYMENT)
             client.create_deployment_schedules(
                 deployment.id,
@@ -88,11 +108,30 @@ def scheduled_run_completes(tmp_path: Path, teamflow_url: str, prefect_url: str 
             [run, *_] = wait_until(
                 completed_runs, 120, "a scheduled system-alert run to complete", 0.5
             )
+            # The automations hear of the run's end now, not 15 minutes later.
+            heard = f"covers event 'prefect.flow-run.Completed' ({run.state.id})"
+            wait_until(lambda: heard in server.log.read_text(), 60, "the automation to hear it")
+            # Three more runs end (the schedule's interval is 5 s): by then the first run's
+            # last heartbeat is more than CRASH_AFTER_S old, and an automation that had
+            # missed its Completed would have acted on it.
+            wait_until(lambda: len(completed_runs()) >= 4, 120, "three more runs to end", 0.5)
+            acted = automation_events(client)
+        assert acted == [], f"the crash automation acted on finished runs: {acted}"
+        assert "already in terminal state" not in server.log.read_text()
         assert run.auto_scheduled, "the run was not made by Prefect's scheduler"
         alerts = [m for m in inbox.messages(TEAM, "coordinator") if m.type == "system_alert"]
         assert alerts and alerts[0].payload["alert_name"] == "pulse"
         assert alerts[0].payload["alert_type"] == "SCHEDULED_EVENT"
         assert_clean_log(server.log)
+
+
+def automation_events(client: Any) -> list[str]:
+    """The automations' firings and actions the server recorded, as the UI lists them."""
+    prefixes = ["prefect.automation.triggered", "prefect.automation.action."]
+    query = {"filter": {"event": {"prefix": prefixes}}, "limit": 50}
+    response = client.request("POST", "/events/filter", json=query)
+    response.raise_for_status()
+    return [f"{e['event']} {e['payload'].get('reason', '')}" for e in response.json()["events"]]
 
 
 def test_prefect_scheduler_makes_a_run_a_worker_completes_on_sqlite(
