@@ -443,56 +443,31 @@ def busy_flows(n: int) -> None:
     print(done, flush=True)
 
 
-def _real_server(home: Path) -> tuple[Any, Any]:
-    """`python -m flows.server start` (as `teamflow up` starts it) on a free port with its
-    own home and SQLite database, and this process pointed at it (and at a teamflow
-    database under `home`).
+@contextlib.contextmanager
+def _real_server(home: Path) -> Any:
+    """`python -m flows.server start` (as `teamflow up` starts it: `tests/prefect_server`) on
+    a free port with its own home and SQLite database, and this process pointed at it (and
+    at a teamflow database under `home`); stopped when the block ends.
 
-    Returns `start()` (waits until it is healthy; again after a stop: same port and data)
-    and `stop(server)`.
+    Yields the `Server`: `stop(server.process)` takes it down, `restart(server)` brings it
+    back (same port, same data) and waits until it is healthy.
     """
     import signal
-    import socket
-    import subprocess
+
+    from prefect_server import prefect_server
 
     # A SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    api = f"http://127.0.0.1:{port}/api"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(
-        PREFECT_HOME=str(home / "prefect"),
-        PREFECT_API_URL=api,
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_LOGGING_LEVEL="CRITICAL",
-        PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{home / 'prefect.db'}",
-    )
-    os.environ.update(env)
-    os.environ["TEAMFLOW_HOME"] = str(home)
-    os.environ["TEAMFLOW_DATABASE_URL"] = f"sqlite:///{home / 'teamflow.db'}"
-
-    def start_server() -> subprocess.Popen:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "flows.server", "start", "--host", "127.0.0.1",
-             "--port", str(port), "--analytics-off"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
-        for _ in range(1200):
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{api}/health", timeout=1).text.strip() == "true":
-                    return server
-            time.sleep(0.1)
-        raise SystemExit("the Prefect server did not start")
-
-    def stop_server(server: subprocess.Popen) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGTERM)
-        server.wait(60)
-
-    return start_server, stop_server
+    # Its log is not checked: the outage stops it under running flows.
+    with prefect_server(home, env={"PREFECT_UI_ENABLED": "false"}, clean_log=False) as server:
+        os.environ.update(
+            PREFECT_API_URL=server.api,
+            PREFECT_HOME=server.env["PREFECT_HOME"],
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            TEAMFLOW_HOME=str(home),
+            TEAMFLOW_DATABASE_URL=f"sqlite:///{home / 'teamflow.db'}",
+        )
+        yield server
 
 
 def survive_outage(seconds: float) -> None:
@@ -502,11 +477,10 @@ def survive_outage(seconds: float) -> None:
     teamflow's database while the server is down (as `teamflow plan approve` does when it
     cannot reach Prefect). Prints how long the run took to finish after the server was back.
     """
-    home = Path(tempfile.mkdtemp(prefix="teamflow-outage-"))
-    start_server, stop_server = _real_server(home)
+    from prefect_server import restart, stop
 
-    server = start_server()
-    try:
+    home = Path(tempfile.mkdtemp(prefix="teamflow-outage-"))
+    with _real_server(home) as server:
         from prefect.client.orchestration import get_client
         from prefect.flow_runs import resume_flow_run
 
@@ -543,12 +517,12 @@ def survive_outage(seconds: float) -> None:
                     ):
                         break
                     time.sleep(0.2)
-            stop_server(server)
+            stop(server.process)
             if how.startswith("decided"):
                 approval.decide(request_id, approve=True, decider="coordinator")
             time.sleep(seconds)
             alive = thread.is_alive()
-            server = start_server()
+            restart(server)
             back = time.perf_counter()
             if how.startswith("resume"):
                 resume_flow_run(
@@ -560,8 +534,6 @@ def survive_outage(seconds: float) -> None:
                 f"  {how:<40} waited through the outage: {alive};  "
                 f"{outcome} {time.perf_counter() - back:.2f} s after the server was back"
             )
-    finally:
-        stop_server(server)
 
 
 def enforce_deadlines(n: int, lead_s: float) -> None:
@@ -582,9 +554,7 @@ def enforce_deadlines(n: int, lead_s: float) -> None:
 
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     home = Path(tempfile.mkdtemp(prefix="teamflow-deadlines-"))
-    start_server, stop_server = _real_server(home)
-    server = start_server()
-    try:
+    with _real_server(home):
         from prefect.client.orchestration import get_client
         from prefect.states import Running, Suspended
 
@@ -710,8 +680,6 @@ def enforce_deadlines(n: int, lead_s: float) -> None:
         print("    target (issue 16): p95 2 s after the decision; before: p50 2.8 s, p95 5.0 s")
         failed = asyncio.run(prefect_side())
         print(f"  Prefect pause expiry: run failed                 {fmt(failed)}")
-    finally:
-        stop_server(server)
 
 
 def _chunks(items: list[Any], size: int) -> list[list[Any]]:
