@@ -15,6 +15,7 @@ import asyncio
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -43,8 +44,19 @@ async def _read_then_write(path: Path) -> list[str]:
         session = await config.session(engine)
         async with session, config.begin_transaction(session):
             await session.execute(sa.text("SELECT count(*) FROM bucket"))
+            begun: list[str] = []  # B's BEGIN, as it goes to SQLite (A has begun already)
+
+            def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+                if statement.startswith("BEGIN"):
+                    begun.append(statement)
+
+            sa.event.listen(engine.sync_engine, "before_cursor_execute", before)
             b_may_write.set()
-            await asyncio.sleep(0.5)  # B commits here, unless it must wait for A
+            # B commits (its BEGIN DEFERRED need not wait for A), or it waits for the
+            # write lock A holds (its BEGIN IMMEDIATE).
+            async with asyncio.timeout(60):  # a bound against a hang, not a measure
+                while not (writer.done() or "BEGIN IMMEDIATE" in begun):
+                    await asyncio.sleep(0.01)
             await session.execute(sa.text("INSERT INTO bucket VALUES ('a')"))
         await writer
         async with engine.connect() as conn:
