@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from factories import TEAM
+from sqlmodel import select
 
 from flows.team_task import run_team_task
 from models import inbox, membership
@@ -101,7 +102,7 @@ def test_two_members_work_in_parallel_and_everything_is_recorded(team: str, home
     }
     assert get_task(task.id).status == "completed"
     with session_scope() as s:
-        metrics = s.query(TaskMetricsRow).filter_by(task_id=str(task.id)).all()
+        metrics = s.exec(select(TaskMetricsRow).where(TaskMetricsRow.task_id == str(task.id))).all()
         assert sorted((m.member, m.steps, m.tool_calls) for m in metrics) == [
             ("analyst-1", 2, 1), ("analyst-2", 2, 1),
         ]  # fmt: skip
@@ -153,7 +154,7 @@ def test_a_tool_that_exits_non_zero_fails_the_member_and_tells_the_lead(
     texts = [m.text for m in inbox.messages(TEAM, "coordinator")]
     assert any("Doomed failed" in t for t in texts)
     with session_scope() as s:
-        row = s.query(TaskMetricsRow).filter_by(task_id=str(task.id)).one()
+        row = s.exec(select(TaskMetricsRow).where(TaskMetricsRow.task_id == str(task.id))).one()
         assert (row.ok, row.tool_calls, row.tool_failures) == (False, 1, 1)
 
 
@@ -175,7 +176,7 @@ def test_params_that_violate_the_schema_never_run_the_tool(team: str) -> None:
     failed = tool_results(conversation)["echo_json"]
     assert failed.status.value == "FAILURE" and "n" in failed.error_message
     with session_scope() as s:
-        row = s.query(TaskMetricsRow).filter_by(task_id=str(task.id)).one()
+        row = s.exec(select(TaskMetricsRow).where(TaskMetricsRow.task_id == str(task.id))).one()
         assert (row.ok, row.tool_calls, row.tool_failures) == (True, 1, 1)
 
 
@@ -218,7 +219,7 @@ def test_the_command_runtime_drives_a_member(team: str, tmp_path: Path) -> None:
     assert result["status"] == "completed"
     assert '"n":5' in result["members"]["analyst-1"]["response"].replace(" ", "")
     with session_scope() as s:
-        row = s.query(TaskMetricsRow).filter_by(task_id=str(task.id)).one()
+        row = s.exec(select(TaskMetricsRow).where(TaskMetricsRow.task_id == str(task.id))).one()
         assert row.tokens == 84
 
 
