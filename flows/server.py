@@ -166,6 +166,9 @@ GATE_WAIT_S = 30.0
 """The longest a writer waits for the gate; then it waits in SQLite (its busy timeout), as
 without the gate (so a writer the gate's holder itself waits for is not stuck for good)."""
 WRITES = ("BEGIN IMMEDIATE", "BEGIN EXCLUSIVE", "INSERT", "UPDATE", "DELETE", "REPLACE")
+ENDS = ("commit", "rollback", "close", "terminate")
+"""What ends a connection's turn. `terminate` is how SQLAlchemy ends a connection it
+invalidated (a request cancelled mid-transaction): it does not go through `close`."""
 
 _gates: weakref.WeakKeyDictionary[Any, asyncio.Lock] = weakref.WeakKeyDictionary()
 _held: dict[int, asyncio.Lock] = {}
@@ -215,9 +218,7 @@ def write_gate() -> None:
 
     cursor.execute = gated(cursor.execute)  # type: ignore[method-assign]
     cursor.executemany = gated(cursor.executemany)  # type: ignore[method-assign]
-    # `terminate` is how SQLAlchemy ends a connection it invalidated (a request cancelled
-    # mid-transaction): it does not go through `close`.
-    for name in ("commit", "rollback", "close", "terminate"):
+    for name in ENDS:
         setattr(connection, name, ending(getattr(connection, name)))
 
 

@@ -145,7 +145,7 @@ def gate_undone(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for cls, names in (
         (adapter.AsyncAdapt_aiosqlite_cursor, ("execute", "executemany")),
-        (adapter.AsyncAdapt_aiosqlite_connection, ("commit", "rollback", "close")),
+        (adapter.AsyncAdapt_aiosqlite_connection, server.ENDS),
     ):
         for name in names:
             monkeypatch.setattr(cls, name, getattr(cls, name))
