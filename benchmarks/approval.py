@@ -22,14 +22,14 @@ temporary teamflow database. Two more measurements, each on a real server starte
 
 - `--deadlines 250`: 250 suspended plan runs due at the same moment; how late teamflow's
   clock (`flows.deadlines`) decides them and resumes their runs, next to how late Prefect's
-  own pause expiry fails the same runs;
+  own pause expiry fails the same runs (`--postgres`: both databases on PostgreSQL);
 - `--outage 75`: a plan waiting in process while the server is down for 75 s.
 
 Usage:
 
     .venv/bin/python benchmarks/approval.py [--approvals 20] [--waiting 50] [--window 60]
     .venv/bin/python benchmarks/approval.py --decisions-only [--approvals 20] [--load 4]
-    .venv/bin/python benchmarks/approval.py --deadlines 250 [--lead 30]
+    .venv/bin/python benchmarks/approval.py --deadlines 250 [--lead 30] [--postgres [URL]]
     .venv/bin/python benchmarks/approval.py --outage 75
 """
 
@@ -139,6 +139,11 @@ def main() -> None:
     )
     parser.add_argument("--lead", type=float, default=30.0, help="seconds until they are due")
     parser.add_argument(
+        "--postgres", nargs="?", const=os.environ.get("TEAMFLOW_TEST_POSTGRES_URL", ""),
+        default=None, metavar="URL",
+        help="--deadlines with both databases on PostgreSQL (a fresh database, dropped after)",
+    )  # fmt: skip
+    parser.add_argument(
         "--decisions-only",
         action="store_true",
         help="only the plan-approval flow, decided by the CLI and by the UI form's Submit",
@@ -152,11 +157,13 @@ def main() -> None:
     )
     parser.add_argument("--load-child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.postgres == "":
+        parser.error("--postgres needs a URL (or TEAMFLOW_TEST_POSTGRES_URL)")
     if args.load_child:
         busy_flows(args.load_child)
         return
     if args.deadlines is not None:
-        enforce_deadlines(args.deadlines, args.lead)
+        enforce_deadlines(args.deadlines, args.lead, args.postgres)
         return
     if args.outage is not None:
         survive_outage(args.outage)
@@ -444,10 +451,11 @@ def busy_flows(n: int) -> None:
 
 
 @contextlib.contextmanager
-def _real_server(home: Path) -> Any:
+def _real_server(home: Path, postgres_url: str | None = None) -> Any:
     """`python -m flows.server start` (as `teamflow up` starts it: `tests/prefect_server`) on
-    a free port with its own home and SQLite database, and this process pointed at it (and
-    at a teamflow database under `home`); stopped when the block ends.
+    a free port with its own home and database, and this process pointed at it and at a
+    teamflow database; stopped when the block ends. Both databases are SQLite files under
+    `home`, or with `postgres_url` a fresh PostgreSQL database and schema, dropped after.
 
     Yields the `Server`: `stop(server.process)` takes it down, `restart(server)` brings it
     back (same port, same data) and waits until it is healthy.
@@ -455,17 +463,20 @@ def _real_server(home: Path) -> Any:
     import signal
 
     from prefect_server import prefect_server
+    from teamflow_workers import benchmark_databases
 
     # A SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    # Its log is not checked: the outage stops it under running flows.
-    with prefect_server(home, env={"PREFECT_UI_ENABLED": "false"}, clean_log=False) as server:
+    with contextlib.ExitStack() as stack:
+        prefect_url, _ = stack.enter_context(benchmark_databases(home, postgres_url))
+        # Its log is not checked: the outage stops it under running flows.
+        server = stack.enter_context(
+            prefect_server(home, prefect_url, env={"PREFECT_UI_ENABLED": "false"}, clean_log=False)
+        )
         os.environ.update(
             PREFECT_API_URL=server.api,
             PREFECT_HOME=server.env["PREFECT_HOME"],
             PREFECT_SERVER_ANALYTICS_ENABLED="false",
-            TEAMFLOW_HOME=str(home),
-            TEAMFLOW_DATABASE_URL=f"sqlite:///{home / 'teamflow.db'}",
         )
         yield server
 
@@ -536,7 +547,7 @@ def survive_outage(seconds: float) -> None:
             )
 
 
-def enforce_deadlines(n: int, lead_s: float) -> None:
+def enforce_deadlines(n: int, lead_s: float, postgres_url: str | None = None) -> None:
     """`n` suspended plan-approval runs, all due at the same moment, nobody deciding.
 
     teamflow: the clock of `teamflow worker` (`flows.deadlines.keep_time`) applies each
@@ -554,7 +565,7 @@ def enforce_deadlines(n: int, lead_s: float) -> None:
 
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     home = Path(tempfile.mkdtemp(prefix="teamflow-deadlines-"))
-    with _real_server(home):
+    with _real_server(home, postgres_url):
         from prefect.client.orchestration import get_client
         from prefect.states import Running, Suspended
 
@@ -672,7 +683,8 @@ def enforce_deadlines(n: int, lead_s: float) -> None:
             failed_at = await reaching(ids, "Failed")
             return [(at - expiry).total_seconds() for at in failed_at.values()]
 
-        print(f"{n} suspended plan-approval runs, all due at once, nobody deciding:")
+        where = "PostgreSQL" if postgres_url else "SQLite"
+        print(f"{n} suspended plan-approval runs, all due at once, nobody deciding ({where}):")
         decided, resumed, after_decision = asyncio.run(teamflow_side())
         print(f"  teamflow clock: decided (denied, response sent)  {fmt(decided)}")
         print(f"  teamflow clock: run resumed                      {fmt(resumed)}")
