@@ -149,6 +149,122 @@ def list_projects(*, session: Session | None = None) -> list[ProjectDefinition]:
         return [row.to_wire() for row in rows]
 
 
+def update_project(
+    project_id: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    status: ElmoStatus | str | None = None,
+    add_milestones: list[str] | None = None,
+    drop_milestones: list[str] | None = None,
+    tags: list[str] | None = None,
+    session: Session | None = None,
+) -> ProjectDefinition:
+    """Changes a stored project (`teamflow project update`); None: unchanged.
+
+    New milestones go after the project's own, in the order given; a milestone is dropped
+    only while no task is placed in it. `tags` replace the stored ones (`[]`: none).
+    `updated_at` becomes now when something changes; the id and `created_at` never change.
+    Refused with one line (`ProjectError`), nothing written: an unknown project, nothing to
+    change, an empty name, a status `000` does not have, a malformed, repeated or unknown
+    milestone, a milestone that holds tasks, an empty tag.
+    """
+    if not (name is not None or description is not None or status is not None
+            or add_milestones or drop_milestones or tags is not None):  # fmt: skip
+        raise ProjectError(
+            "nothing to change: give --name, --description, --status, --milestone, "
+            "--drop-milestone or --tag/--no-tags"
+        )
+    if name is not None and not name.strip():
+        raise ProjectError("name: empty")
+    for milestone in add_milestones or []:
+        check_id(milestone, "milestone")
+    checked_tags = None if tags is None else check_tags(tags)
+    with session_scope(session) as s:
+        row = s.get(ProjectRow, project_id, with_for_update=True)
+        if row is None:
+            raise ProjectError(f"no project {project_id!r}")
+        current = row.to_wire()
+        milestones = list(current.milestones)
+        for milestone in drop_milestones or []:
+            if milestone not in milestones:
+                has = ", ".join(current.milestones) or "none"
+                raise ProjectError(
+                    f"project {project_id!r} has no milestone {milestone!r} (its milestones: {has})"
+                )
+            placed = _tasks_in(s, project_id, milestone)
+            if placed:
+                raise ProjectError(
+                    f"milestone {milestone!r} of project {project_id!r} holds {placed} "
+                    f"task(s); it is dropped only when empty"
+                )
+            milestones.remove(milestone)
+        for milestone in add_milestones or []:
+            if milestone in milestones:
+                raise ProjectError(f"project {project_id!r} has a milestone {milestone!r} already")
+            milestones.append(milestone)
+        changes: dict[str, Any] = {"milestones": milestones}
+        for key, value in (
+            ("name", name), ("description", description), ("status", status),
+            ("tags", checked_tags),
+        ):  # fmt: skip
+            if value is not None:
+                changes[key] = value
+        try:
+            project = ProjectDefinition.model_validate({**current.model_dump(), **changes})
+        except ValidationError as exc:
+            raise ProjectError(error_lines(exc)[0]) from None
+        if project == current:
+            return current  # nothing changes, not even updated_at
+        project = project.model_copy(update={"updated_at": utcnow()})
+        for key, value in ProjectRow.from_wire(project).model_dump().items():
+            setattr(row, key, value)
+        s.flush()
+        return project
+
+
+def delete_project(project_id: str, *, session: Session | None = None) -> ProjectDefinition:
+    """Deletes a project and the places of its tasks (`teamflow project delete`); returns
+    the project as it was. The tasks stay in their teams, in no project.
+
+    `ProjectError` for an unknown project, nothing deleted.
+    """
+    with session_scope(session) as s:
+        row = s.get(ProjectRow, project_id, with_for_update=True)
+        if row is None:
+            raise ProjectError(f"no project {project_id!r}")
+        project = row.to_wire()
+        s.execute(sa.delete(ContextRow).where(ContextRow.project_id == project_id))
+        s.delete(row)
+        s.flush()
+        return project
+
+
+def task_count(project_id: str, *, session: Session | None = None) -> int:
+    """How many tasks are placed in the project (in any milestone or none)."""
+    with session_scope(session) as s:
+        return _tasks_in(s, project_id)
+
+
+def _task_places(project_id: str) -> list[Any]:
+    """Where the contexts that place a task in the project are (`place_task` writes them)."""
+    return [
+        ContextRow.project_id == project_id,
+        ContextRow.task_id.is_not(None),  # type: ignore[union-attr]
+        ContextRow.process_id.is_(None),  # type: ignore[union-attr]
+        ContextRow.thread_id.is_(None),  # type: ignore[union-attr]
+        ContextRow.branch_id.is_(None),  # type: ignore[union-attr]
+    ]
+
+
+def _tasks_in(s: Session, project_id: str, milestone_id: str | None = None) -> int:
+    """The tasks placed in the project (with `milestone_id`: in that milestone)."""
+    query = sa.select(sa.func.count()).select_from(ContextRow).where(*_task_places(project_id))
+    if milestone_id is not None:
+        query = query.where(ContextRow.milestone_id == milestone_id)
+    return s.execute(query).scalar_one()
+
+
 def place_task(
     task: TaskRow,
     project_id: str,
@@ -186,15 +302,7 @@ def project_view(project_id: str, *, session: Session | None = None) -> ProjectV
     """The project `project_id` and its tasks grouped by milestone (`project show`)."""
     with session_scope(session) as s:
         project = get_project(project_id, session=s)
-        contexts = s.exec(
-            select(ContextRow).where(
-                ContextRow.project_id == project_id,
-                ContextRow.task_id.is_not(None),  # type: ignore[union-attr]
-                ContextRow.process_id.is_(None),  # type: ignore[union-attr]
-                ContextRow.thread_id.is_(None),  # type: ignore[union-attr]
-                ContextRow.branch_id.is_(None),  # type: ignore[union-attr]
-            )
-        ).all()
+        contexts = s.exec(select(ContextRow).where(*_task_places(project_id))).all()
         placed: dict[uuid.UUID, str | None] = {}
         for context in contexts:
             try:

@@ -199,3 +199,112 @@ def test_show_names_an_unknown_project(team: str) -> None:
     result = teamflow("project", "show", "nope")
     assert result.returncode == 1
     assert result.stderr == "teamflow: error: no project 'nope'\n"
+
+
+def _stored(project_id: str) -> dict:
+    with Session(db.engine()) as s:
+        return s.get(ProjectRow, project_id).to_wire().to_wire()
+
+
+def test_update_changes_only_what_is_given(launch: str) -> None:
+    before = _stored(launch)
+    changed = teamflow(
+        "project", "update", launch, "--status", "running", "--milestone", "m3-review",
+        "--description", "Ship the Q4 analysis, reviewed", "--json",
+    )  # fmt: skip
+    assert changed.returncode == 0, changed.stderr
+    project = json.loads(changed.stdout)
+    assert ProjectDefinition.model_validate(project).to_wire() == project == _stored(launch)
+    assert project == before | {
+        "status": "running",
+        "description": "Ship the Q4 analysis, reviewed",
+        "milestones": ["m1-research", "m2-report", "m3-review"],  # added after the others
+        "updated_at": project["updated_at"],
+    }
+    assert project["updated_at"] > before["updated_at"]
+    # the new milestone takes tasks; the id and name stayed, so tasks still find the project
+    _task("Review the report", "--project", launch, "--milestone", "m3-review")
+
+    renamed = teamflow("project", "update", launch, "--name", "Q4 Launch (EMEA)", "--no-tags")
+    assert renamed.stdout == (
+        f"updated project {launch} (running; milestones: m1-research, m2-report, m3-review)\n"
+    )
+    stored = _stored(launch)
+    assert (stored["project_id"], stored["name"], stored["tags"]) == (
+        launch,
+        "Q4 Launch (EMEA)",
+        [],
+    )
+    # the same values again change nothing, not even updated_at
+    again = teamflow("project", "update", launch, "--status", "running", "--json")
+    assert json.loads(again.stdout) == stored == _stored(launch)
+
+
+def test_a_milestone_is_dropped_only_while_it_holds_no_task(launch: str) -> None:
+    _task("Collect the sales data", "--project", launch, "--milestone", "m1-research")
+    held = teamflow("project", "update", launch, "--drop-milestone", "m1-research")
+    assert held.returncode == 1
+    assert held.stderr == (
+        "teamflow: error: milestone 'm1-research' of project 'q4-launch' holds 1 task(s); "
+        "it is dropped only when empty\n"
+    )
+    dropped = teamflow("project", "update", launch, "--drop-milestone", "m2-report", "--json")
+    assert dropped.returncode == 0, dropped.stderr
+    assert (
+        json.loads(dropped.stdout)["milestones"] == ["m1-research"] == _stored(launch)["milestones"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        ([], "nothing to change: give --name, --description, --status, --milestone, "
+             "--drop-milestone or --tag/--no-tags"),
+        (["--status", "active"],
+         "status: Input should be 'ready', 'running', 'pending' or 'finished'"),
+        (["--name", " "], "name: empty"),
+        (["--milestone", "m 3"], "milestone 'm 3' is not an id"),
+        (["--milestone", "m2-report"], "project 'q4-launch' has a milestone 'm2-report' already"),
+        (["--status", "running", "--drop-milestone", "m9"],
+         "project 'q4-launch' has no milestone 'm9' (its milestones: m1-research, m2-report)"),
+        (["--tag", ""], "tags: a tag is empty"),
+        (["--tag", "x", "--no-tags"], "give --tag or --no-tags, not both"),
+    ],
+)  # fmt: skip
+def test_a_refused_update_is_one_line_and_writes_nothing(
+    launch: str, args: list[str], says: str
+) -> None:
+    before = _stored(launch)
+    result = teamflow("project", "update", launch, *args, "--json")
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"teamflow: error: {says}"), result.stderr
+    assert result.stderr.count("\n") == 1
+    assert json.loads(result.stdout)["status"] == "error"
+    assert _stored(launch) == before
+    unknown = teamflow("project", "update", "nope", "--status", "running")
+    assert (unknown.returncode, unknown.stderr) == (1, "teamflow: error: no project 'nope'\n")
+
+
+def test_delete_takes_the_project_and_leaves_its_tasks_in_their_teams(launch: str) -> None:
+    task_id = _task("Collect the sales data", "--project", launch, "--milestone", "m1-research")
+    asked = teamflow("project", "delete", launch)  # no terminal here to ask on
+    assert asked.returncode == 1
+    assert asked.stderr == (
+        "teamflow: error: not deleting project q4-launch without --yes "
+        "(there is no terminal to ask on)\n"
+    )
+    assert (_count(ProjectRow), _count(ContextRow)) == (1, 1)
+
+    deleted = teamflow("project", "delete", launch, "--yes", "--json")
+    assert deleted.returncode == 0, deleted.stderr
+    assert json.loads(deleted.stdout)["project_id"] == launch
+    assert (_count(ProjectRow), _count(ContextRow)) == (0, 0)
+    shown = teamflow("task", "show", task_id, "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["title"] == "Collect the sales data"
+    assert "project_id" not in json.loads(shown.stdout)
+    gone = teamflow("project", "delete", launch, "--yes")
+    assert (gone.returncode, gone.stderr) == (1, "teamflow: error: no project 'q4-launch'\n")
+    # the name is free again
+    again = teamflow("project", "create", "Q4 Launch!", "--description", "d")
+    assert again.stdout == "created project q4-launch (milestones: none)\n"
