@@ -188,10 +188,7 @@ def update_project(
         milestones = list(current.milestones)
         for milestone in drop_milestones or []:
             if milestone not in milestones:
-                has = ", ".join(current.milestones) or "none"
-                raise ProjectError(
-                    f"project {project_id!r} has no milestone {milestone!r} (its milestones: {has})"
-                )
+                raise _no_milestone(current, milestone)
             placed = _tasks_in(s, project_id, milestone)
             if placed:
                 raise ProjectError(
@@ -246,6 +243,13 @@ def task_count(project_id: str, *, session: Session | None = None) -> int:
         return _tasks_in(s, project_id)
 
 
+def _no_milestone(project: ProjectDefinition, milestone_id: str) -> ProjectError:
+    has = ", ".join(project.milestones) or "none"
+    return ProjectError(
+        f"project {project.project_id!r} has no milestone {milestone_id!r} (its milestones: {has})"
+    )
+
+
 def _task_places(project_id: str) -> list[Any]:
     """Where the contexts that place a task in the project are (`place_task` writes them)."""
     return [
@@ -279,10 +283,7 @@ def place_task(
     """
     project = get_project(project_id, session=session)
     if milestone_id is not None and milestone_id not in project.milestones:
-        has = ", ".join(project.milestones) or "none"
-        raise ProjectError(
-            f"project {project_id!r} has no milestone {milestone_id!r} (its milestones: {has})"
-        )
+        raise _no_milestone(project, milestone_id)
     now = utcnow()
     context = Context(
         project_id=project_id, milestone_id=milestone_id, task_id=str(task.id),
