@@ -225,7 +225,7 @@ def test_a_one_minute_cron_schedule_puts_the_alert_in_the_inbox(live: Env) -> No
 
 
 def readme_alert_lines() -> list[str]:
-    section = (ROOT / "README.md").read_text().split("### Alerts: timers and scheduled events")[1]
+    section = (ROOT / "docs" / "alerts.md").read_text().split("## Timers and scheduled events")[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     return [line for line in block.splitlines() if line.startswith("teamflow alert ")]
 

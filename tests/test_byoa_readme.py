@@ -1,9 +1,9 @@
-"""The README's "Bring your own agent" section runs as written: a team built with the CLI
+"""The docs' "Bring your own agent" example runs as written: a team built with the CLI
 alone, its member's agent `examples/openai_agent.py` (the `command` runtime) asking an
 OpenAI-compatible endpoint (the fake server, on a real socket), the task run on a real
 Prefect server by a real `teamflow worker`, and the answer in `task show` and `log`.
 
-Only the endpoint's port changes. `teamflow up` is what the README says to run; here the
+Only the endpoint's port changes. `teamflow up` is what the page says to run; here the
 helpers start the same things it does (migrations, a server, the deployments, a worker).
 """
 
@@ -20,15 +20,16 @@ from fakes.openai_server import FakeOpenAI
 from prefect_server import ROOT, prefect_server, wait_until
 from teamflow_workers import register_deployments, teamflow_workers
 
-README = ROOT / "README.md"
-README_URL = "http://127.0.0.1:11434/v1"
+PAGE = ROOT / "docs" / "bring-your-own-agent.md"
+HEADING = "## A team from nothing, with a local model"
+PAGE_URL = "http://127.0.0.1:11434/v1"
 ANSWER = "Q4 sales grew 12%, carried by widgets."
 KEY = "sk-fake-key"
 
 
 def section_lines() -> list[str]:
     """The section's bash block, one command a line (continuations joined)."""
-    section = README.read_text().split("## Bring your own agent", 1)[1].split("\n## ", 1)[0]
+    section = PAGE.read_text().split(f"\n{HEADING}\n", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     block = re.sub(r"\\\n\s*", " ", block)
     return [line.strip() for line in block.splitlines() if line.strip()]
@@ -45,7 +46,7 @@ def test_the_section_builds_a_team_from_nothing_with_the_cli() -> None:
     )
     assert any(line.startswith("teamflow task run") for line in commands)
     assert any(line.startswith("teamflow log") for line in commands)
-    assert README_URL in "\n".join(commands)
+    assert PAGE_URL in "\n".join(commands)
 
 
 def test_the_section_runs_a_task_through_the_agent_and_a_worker(tmp_path: Path) -> None:
@@ -76,10 +77,10 @@ def test_the_section_runs_a_task_through_the_agent_and_a_worker(tmp_path: Path) 
                 stdin=subprocess.DEVNULL,
             )  # fmt: skip
 
-        # What `teamflow up` does before the README's commands: migrations, deployments, worker.
+        # What `teamflow up` does before the page's commands: migrations, deployments, worker.
         assert teamflow(["db", "upgrade"]).returncode == 0
         register_deployments(server, tmp_path / "deploy.log")
-        worker_env = {**teamflow_env, "OPENAI_API_KEY": KEY}  # the README's `export`
+        worker_env = {**teamflow_env, "OPENAI_API_KEY": KEY}  # the page's `export`
         with teamflow_workers(server, tmp_path, 1, env=worker_env):
             variables: dict[str, str] = {}
             outputs: dict[str, str] = {}
@@ -90,7 +91,7 @@ def test_the_section_runs_a_task_through_the_agent_and_a_worker(tmp_path: Path) 
                 assigned = re.fullmatch(r"(\w+)=\$\((teamflow .*)\)(\s*#.*)?", line)
                 if assigned:
                     target, line = assigned.group(1), assigned.group(2)
-                line = line.replace(README_URL, fake.base_url)
+                line = line.replace(PAGE_URL, fake.base_url)
                 for name, value in variables.items():
                     line = line.replace(f"${name}", value)
                 args = shlex.split(line, comments=True)
@@ -111,7 +112,7 @@ def test_the_section_runs_a_task_through_the_agent_and_a_worker(tmp_path: Path) 
     assert re.search(r"^status\s+completed$", outputs["task show"], re.M), outputs["task show"]
     assert ANSWER in outputs["log writers"], outputs["log writers"]
     assert "can_run      yes" in outputs["member show"]
-    # The agent asked the endpoint as the README told it to: the model, the key, the task.
+    # The agent asked the endpoint as the page told it to: the model, the key, the task.
     (request,) = fake.requests
     assert request["body"]["model"] == "llama3.2"
     assert request["headers"]["authorization"] == f"Bearer {KEY}"

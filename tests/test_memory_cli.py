@@ -105,7 +105,8 @@ def test_bad_input_is_one_line_and_writes_nothing(team: str, args: list[str], sa
 
 
 def _readme_memory_block() -> str:
-    section = (ROOT / "README.md").read_text().split("### Memory: what agents remember", 1)[1]
+    page = ROOT / "docs" / "memory-and-knowledge.md"
+    section = page.read_text().split("## Memory: what agents remember", 1)[1]
     return re.search(r"```bash\n(.*?)```", section, re.S).group(1)
 
 

@@ -1,4 +1,11 @@
-"""The README's CLI walk-through runs as shown (in a throwaway home and database)."""
+"""The CLI blocks of the README and of the docs pages run as shown (in a throwaway home and
+database).
+
+A block is the first ```bash block under a heading of `README.md` or of a page of `docs/`;
+every `teamflow` line of it runs, in order, as written. The pages say above each such block
+which test runs it. (`tests/test_alert_cli.py`, `tests/test_memory_cli.py` and
+`tests/test_byoa_readme.py` run the blocks that need a Prefect server, `jq` or an agent.)
+"""
 
 from __future__ import annotations
 
@@ -9,23 +16,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+WALK_THROUGH = (DOCS / "getting-started.md", "## Using the CLI")
+KNOWLEDGE = (DOCS / "memory-and-knowledge.md", "## Knowledge, prompt templates and projects")
+TEAM_LIFE = (README, "## A team's life")
 
 
-def _commands(heading: str = "## Using the CLI") -> list[str]:
-    section = README.read_text().split(heading, 1)[1]
+def _commands(page: Path, heading: str) -> list[str]:
+    """The `teamflow` lines of the first bash block under `heading` (a whole heading line)."""
+    text = page.read_text()
+    assert f"\n{heading}\n" in text, f"{page.relative_to(ROOT)} has no heading {heading!r}"
+    section = text.split(f"\n{heading}\n", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     # A command continued on the next line (`\` at the end) is one command.
     block = re.sub(r"\\\n\s*", " ", block)
     return [line for line in block.splitlines() if line.startswith("teamflow ")]
 
 
-def test_the_readme_shows_the_walk_through() -> None:
-    assert len(_commands()) >= 15
+def test_the_docs_show_the_walk_through() -> None:
+    assert len(_commands(*WALK_THROUGH)) >= 15
 
 
-def test_every_cli_line_of_the_readme_runs_as_shown(tmp_path: Path) -> None:
-    _run_as_shown(_commands(), tmp_path)
+def test_every_cli_line_of_the_walk_through_runs_as_shown(tmp_path: Path) -> None:
+    _run_as_shown(_commands(*WALK_THROUGH), tmp_path)
 
 
 def test_the_knowledge_template_and_project_lines_run_as_shown(tmp_path: Path) -> None:
@@ -35,9 +50,15 @@ def test_the_knowledge_template_and_project_lines_run_as_shown(tmp_path: Path) -
         'teamflow team create q4-team --description "Q4 sales analysis team"',
         'teamflow member add q4-team analyst-1 --model haiku --prompt "You analyse sales."',
     ]
-    lines = _commands("### Knowledge, prompt templates and projects")
+    lines = _commands(*KNOWLEDGE)
     assert len(lines) >= 10
     _run_as_shown(setup + lines, tmp_path)
+
+
+def test_the_readme_team_life_runs_as_shown(tmp_path: Path) -> None:
+    lines = _commands(*TEAM_LIFE)
+    assert lines[0].startswith("teamflow db upgrade") and len(lines) >= 8
+    _run_as_shown(lines, tmp_path)
 
 
 def _run_as_shown(lines: list[str], tmp_path: Path) -> None:
@@ -46,7 +67,6 @@ def _run_as_shown(lines: list[str], tmp_path: Path) -> None:
         "TEAMFLOW_HOME": str(tmp_path / "home"),
         "TEAMFLOW_DATABASE_URL": f"sqlite:///{tmp_path / 'teamflow.db'}",
     }
-    root = README.parent
     for line in lines:
         # Files the walk-through writes to /tmp go to this test's own folder instead.
         args = [a.replace("/tmp/", f"{tmp_path}/") for a in shlex.split(line, comments=True)]
@@ -55,7 +75,7 @@ def _run_as_shown(lines: list[str], tmp_path: Path) -> None:
             capture_output=True,
             text=True,
             env=env,
-            cwd=root,
+            cwd=ROOT,
             timeout=120,
         )
         assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"
