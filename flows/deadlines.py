@@ -134,32 +134,16 @@ async def resume_suspended(run_ids: list[str]) -> int:
     suspended ones), a few requests at once: 250 runs cost 5 requests, not 250 plus reads.
     """
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        FlowRunFilter,
-        FlowRunFilterId,
-        FlowRunFilterState,
-        FlowRunFilterStateName,
-    )
-    from prefect.states import Scheduled, to_state_create
+
+    from flows.compat.prefect_client import bulk_reschedule_suspended
 
     limiter = anyio.CapacityLimiter(RESUMING_AT_ONCE)
-    state = to_state_create(Scheduled(name="Resuming")).model_dump(mode="json")
     resumed = 0
 
     async def some(client: Any, ids: list[UUID]) -> None:
         nonlocal resumed
-        runs = FlowRunFilter(
-            id=FlowRunFilterId(any_=ids),
-            state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Suspended"])),
-        )
-        body = {"flow_runs": runs.model_dump(mode="json"), "state": state, "limit": BULK}
         async with limiter:
-            response = await client.request("POST", "/flow_runs/bulk_set_state", json=body)
-        response.raise_for_status()
-        resumed += sum(
-            result["status"] == "ACCEPT" and (result["state"] or {}).get("type") == "SCHEDULED"
-            for result in response.json()["results"]
-        )
+            resumed += await bulk_reschedule_suspended(client, ids, limit=BULK)
 
     ids = [UUID(r) for r in run_ids]
     async with get_client() as client, anyio.create_task_group() as group:

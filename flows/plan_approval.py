@@ -42,13 +42,14 @@ import orjson
 from prefect import flow, get_run_logger, task
 from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
-from prefect.exceptions import Abort, Pause, PrefectHTTPStatusError
-from prefect.input import RunInput, keyset_from_paused_state
+from prefect.exceptions import Pause, PrefectHTTPStatusError
+from prefect.input import RunInput
 from prefect.states import Cancelled, Paused, Running, Suspended
-from prefect.utilities.engine import propose_state
 from pydantic import Field, ValidationError, field_validator
 
 from flows import run_watch
+from flows.compat.prefect_client import keyed_for_input, propose_state
+from flows.compat.prefect_engine import abort_with_state, leave_suspended, refused_as_repeat
 from flows.run_watch import ENDING, seconds_env, unreachable
 from models import approval, plan_timeout
 from models import team as teams
@@ -161,18 +162,17 @@ async def wait_for_input(
         reschedule=False,
         pause_key=key or f"teamflow-{uuid.uuid4().hex[:12]}",
     )
-    keyset = keyset_from_paused_state(paused)
-    paused.state_details.run_input_keyset = keyset
+    keyset = keyed_for_input(paused)
 
     async with get_client() as client, run_watch.waiting(run_id) as waiter:
         await _save_form(client, form, keyset, run_id)
         try:
-            state = await propose_state(client, paused, flow_run_id=run_id)
+            state = await propose_state(client, paused, run_id)
         except Pause as refused:
             # A loaded server answered 503 to the pause it had made, and the client's
             # retry of it was refused as a repeat: the run is paused, by this wait.
-            state = refused.state
-            if state is None or state.state_details.pause_key != paused.state_details.pause_key:
+            state = refused_as_repeat(refused, paused.state_details.pause_key)
+            if state is None:
                 raise
         if state.is_running():  # this wait fired before the run was suspended
             return await _read_input(client, form, keyset, run_id, patience=0)
@@ -214,11 +214,10 @@ async def suspend_for_input(form: type[T], *, key: str, until: datetime | None =
     suspended = Suspended(
         timeout_seconds=int(max(remaining, 0)) + PREFECT_PAUSE_MARGIN_S, pause_key=key
     )
-    keyset = keyset_from_paused_state(suspended)
-    suspended.state_details.run_input_keyset = keyset
+    keyset = keyed_for_input(suspended)
     async with get_client() as client:
         await _save_form(client, form, keyset, run_id)
-        state = await propose_state(client, suspended, flow_run_id=run_id)
+        state = await propose_state(client, suspended, run_id)
         if state.is_running():  # resumed: this is the run again, from the start
             return await _read_input(client, form, keyset, run_id, patience=1.0)
         if not state.is_paused():
@@ -227,7 +226,7 @@ async def suspend_for_input(form: type[T], *, key: str, until: datetime | None =
         "Suspended until a decision (resume the run with its form, or use the CLI); "
         "the worker is free meanwhile"
     )
-    raise Pause(state=state)
+    leave_suspended(state)
 
 
 def can_suspend() -> bool:
@@ -306,14 +305,12 @@ async def _abort(client: Any, run_id: Any, kind: str) -> NoReturn:
         state = await propose_state(client, Cancelled(message="cancelled while waiting"), run_id)
     else:
         state = (await client.read_flow_run(run_id)).state
-    aborted = Abort(f"the run became {kind.lower()} while waiting")
-    aborted.state = state
-    raise aborted
+    abort_with_state(f"the run became {kind.lower()} while waiting", state)
 
 
 async def _resume_self(client: Any, run_id: Any) -> None:
     """Takes the run out of its pause when teamflow, not a person, ends the wait."""
-    await propose_state(client, Running(), flow_run_id=run_id)
+    await propose_state(client, Running(), run_id)
 
 
 # --- tasks ---------------------------------------------------------------------------------
