@@ -1,16 +1,19 @@
-"""teamflow's clock: every timeout policy acts at its deadline, every timer goes off on time.
+"""Timers and teamflow's clock: every timer goes off on time, every deadline is acted on.
 
-A `plan-approval` run waiting in process acts on its own deadline. A suspended run holds no
-process, and a run whose process died holds none either, so every `teamflow worker` keeps
-the time as well: it sleeps until the next deadline in teamflow's database (looking again
-at least every `poll_s` for new requests), applies the team's policy to every request that
-is due (`models.plan_timeout.expire_due`; a conditional update, so several workers never decide
-one request twice), and resumes the suspended runs of the requests it decided, so that they
-finish. Prefect's own pause expiry would only fail such runs, and only every 5 s, 200 paused
-runs per pass (`benchmarks/approval.py --deadlines` compares them).
+A `plan-approval` run waiting in process acts on its own deadline (`flows.waits`). A
+suspended run holds no process, and a run whose process died holds none either, so every
+`teamflow worker` keeps the time as well: it sleeps until the next deadline in teamflow's
+database (looking again at least every `poll_s` for new requests), applies the team's
+policy to every request that is due (`models.plan_timeout.expire_due`; a conditional update,
+so several workers never decide one request twice), and resumes the suspended runs of the
+requests it decided, so that they finish (`flows.waits.resume_suspended`). Prefect's own
+pause expiry would only fail such runs, and only every 5 s, 200 paused runs per pass
+(`benchmarks/approval.py --deadlines` compares them).
 
-The same clock delivers TIMER alerts at their due time (`flows.system_alert.fire_due_timers`),
-so a timer is on time even while Prefect's server is slow to start the timer's run.
+The same clock delivers TIMER alerts at their due time (`flows.system_alert.fire_due_timers`,
+the delivery the timer's own `system-alert` run also makes, exactly once between them), so a
+timer is on time even while Prefect's server is slow to start the timer's run. Timers are
+created, paused and cancelled in Prefect by `flows.alerts` (`teamflow alert ...`).
 
 Every `reconcile_s` it also resumes suspended runs whose request was decided while Prefect
 could not be reached (`teamflow plan approve` during a server restart records the decision
@@ -25,10 +28,10 @@ import os
 import threading
 from collections.abc import Callable
 from typing import Any
-from uuid import UUID
 
 import anyio
 
+from flows import waits
 from models import alert, plan_timeout
 from models.base import utcnow
 
@@ -36,14 +39,10 @@ POLL_S = 1.0
 """The longest sleep between two looks at the next deadline (a new request may be due soon)."""
 RECONCILE_S = 15.0
 """How often suspended runs are matched against decisions made without resuming them."""
-RESUMING_AT_ONCE = 4
-"""Requests of `bulk_set_state` under way at once."""
-BULK = 50
-"""Runs one `bulk_set_state` request reschedules: the most Prefect's server takes."""
-PAGE = 200
-"""The most runs one Prefect API query returns."""
+BULK = waits.BULK
+"""Requests decided in one transaction: the runs one request resumes (`waits.BULK`)."""
 
-logger = logging.getLogger("teamflow.deadlines")
+logger = logging.getLogger("teamflow.timers")
 
 _api_back = threading.Event()
 
@@ -67,7 +66,7 @@ async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCI
         async for request_ids in receive:
             try:
                 runs = await anyio.to_thread.run_sync(plan_timeout.decided_with_runs, request_ids)
-                await resume_suspended(runs)
+                await waits.resume_suspended(runs)
             except Exception as exc:  # Prefect is away: the reconciliation catches up
                 logger.warning("teamflow clock: resuming %d plan(s): %s", len(request_ids), exc)
 
@@ -125,61 +124,8 @@ async def _until_next(poll_s: float) -> float:
     return min(max((due - utcnow()).total_seconds(), 0.0), poll_s)
 
 
-async def resume_suspended(run_ids: list[str]) -> int:
-    """Reschedules those of `run_ids` that are suspended, as Prefect's resume does but
-    without input: each run finds its request decided and finishes. Returns how many.
-
-    A run waiting in process is left alone: it finds its decision in the database itself.
-    Prefect's `bulk_set_state` does it, `BULK` runs a request (the filter keeps to the
-    suspended ones), a few requests at once: 250 runs cost 5 requests, not 250 plus reads.
-    """
-    from prefect.client.orchestration import get_client
-
-    from flows.compat.prefect_client import bulk_reschedule_suspended
-
-    limiter = anyio.CapacityLimiter(RESUMING_AT_ONCE)
-    resumed = 0
-
-    async def some(client: Any, ids: list[UUID]) -> None:
-        nonlocal resumed
-        async with limiter:
-            resumed += await bulk_reschedule_suspended(client, ids, limit=BULK)
-
-    ids = [UUID(r) for r in run_ids]
-    async with get_client() as client, anyio.create_task_group() as group:
-        for start in range(0, len(ids), BULK):
-            group.start_soon(some, client, ids[start : start + BULK])
-    return resumed
-
-
 async def resume_decided_suspended_runs() -> int:
     """Resumes every suspended `plan-approval` run whose request is decided already."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import (
-        FlowFilter,
-        FlowFilterName,
-        FlowRunFilter,
-        FlowRunFilterState,
-        FlowRunFilterStateName,
-    )
-    from prefect.client.schemas.sorting import FlowRunSort
-
     from flows.plan_approval import FLOW_NAME
 
-    ids: list[str] = []
-    async with get_client() as client:
-        while True:  # page by page: every suspended run, not just the first page
-            runs = await client.read_flow_runs(
-                flow_filter=FlowFilter(name=FlowFilterName(any_=[FLOW_NAME])),
-                flow_run_filter=FlowRunFilter(
-                    state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Suspended"]))
-                ),
-                sort=FlowRunSort.ID_DESC,
-                limit=PAGE,
-                offset=len(ids),
-            )
-            ids += [str(r.id) for r in runs]
-            if len(runs) < PAGE:
-                break
-    decided = await anyio.to_thread.run_sync(lambda: plan_timeout.decided_runs(ids))
-    return await resume_suspended(decided) if decided else 0
+    return await waits.resume_decided([FLOW_NAME], plan_timeout.decided_runs)
