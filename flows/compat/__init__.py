@@ -140,6 +140,66 @@ PATCHES: tuple[Patch, ...] = (
         ("prefect.utilities.engine:propose_state",),
         "a wait whose pause the server made but answered 503 fails its paused run",
     ),
+    Patch(
+        "prefect_server.immediate_sqlite_transactions",
+        PRE,
+        PREFECT,
+        (
+            "prefect.server.database.configurations:AioSqliteConfiguration.begin_transaction",
+            "prefect.server.database.configurations:AioSqliteConfiguration.session",
+        ),
+        "a loaded server on SQLite answers 503 (database is locked) and logs tracebacks",
+    ),
+    Patch(
+        "prefect_server.skip_stored_event_batches",
+        PRE,
+        PREFECT,
+        (
+            "prefect.server.events.storage.database:_write_sqlite_events",
+            "prefect.server.events.storage.database:_in_safe_batches",
+            "prefect.server.events.storage.database:write_events",
+        ),
+        "events sent again after an outage make the persister drop whole flushes",
+    ),
+    Patch(
+        "prefect_server.quiet_worker_channel_disconnects",
+        PRE,
+        PREFECT,
+        (
+            "prefect.server.utilities.worker_channel:WorkerChannelConnection._send_loop",
+            "prefect.server.utilities.subscriptions:accept_prefect_socket",
+            "prefect.server.utilities.subscriptions:still_connected",
+        ),
+        "a worker leaving around an outage makes the server log errors and tracebacks",
+    ),
+    Patch(
+        "prefect_server.scheduled_states_not_awaited",
+        PRE,
+        PREFECT,
+        (
+            "prefect.server.models.events:flow_run_state_change_event",
+            "prefect.server.orchestration.instrumentation_policies:"
+            "InstrumentFlowRunStateTransitions.after_transition",
+            "prefect.server.models.deployments:_generate_scheduled_flow_runs",
+        ),
+        "state events of scheduled runs reach automations 15 minutes late",
+    ),
+    Patch(
+        "sqlalchemy_sqlite.write_gate",
+        "sqlalchemy",
+        "2.0.58",
+        (
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_cursor.execute",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_cursor.executemany",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_cursor.__init__",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.commit",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.rollback",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.close",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.terminate",
+            "sqlalchemy.util.concurrency:await_only",
+        ),
+        "SQLite writers of the server sleep in the busy handler while the lock is free",
+    ),
 )
 """Every patch, in the order of their modules; `tests/test_compat.py` runs over it."""
 

@@ -37,8 +37,84 @@ FINGERPRINTS: dict[str, tuple[str, str | None]] = {
         "6e976967624f5c23",
         "(response: starlette.responses.Response, flow_run_id: uuid.UUID = Path(PydanticUndefined), db: prefect.server.database.interface.PrefectDBInterface = Depends(dependency=<function provide_database_interface>, use_cache=True, scope=None), run_input: Optional[dict[str, Any]] = Body(None), flow_policy: type[prefect.server.orchestration.policies.FlowRunOrchestrationPolicy] = Depends(dependency=<function provide_flow_policy>, use_cache=True, scope=None), task_policy: type[prefect.server.orchestration.policies.TaskRunOrchestrationPolicy] = Depends(dependency=<function provide_task_policy>, use_cache=True, scope=None), orchestration_parameters: Dict[str, Any] = Depends(dependency=<function provide_flow_orchestration_parameters>, use_cache=True, scope=None), api_version: str = Depends(dependency=<function provide_request_api_version>, use_cache=True, scope=None), client_version: Optional[str] = Depends(dependency=<function get_prefect_client_version>, use_cache=True, scope=None)) -> prefect.server.schemas.responses.OrchestrationResult",
     ),
+    "prefect.server.database.configurations:AioSqliteConfiguration.begin_transaction": (
+        "7762e51eada28c76",
+        "(self, session: 'AsyncSession', with_for_update: 'bool' = False) -> 'AsyncGenerator[AsyncSessionTransaction, None]'",
+    ),
+    "prefect.server.database.configurations:AioSqliteConfiguration.session": (
+        "620d1c8bf45439f2",
+        "(self, engine: 'AsyncEngine') -> 'AsyncSession'",
+    ),
+    "prefect.server.events.storage.database:_in_safe_batches": (
+        "cd1ccfe3837802f1",
+        "(events: list[prefect.server.events.schemas.events.ReceivedEvent]) -> Generator[list[prefect.server.events.schemas.events.ReceivedEvent], NoneType, NoneType]",
+    ),
+    "prefect.server.events.storage.database:_write_sqlite_events": (
+        "8f10ea644aabe647",
+        "(db: prefect.server.database.interface.PrefectDBInterface, session: sqlalchemy.ext.asyncio.session.AsyncSession, events: list[prefect.server.events.schemas.events.ReceivedEvent]) -> None",
+    ),
+    "prefect.server.events.storage.database:write_events": (
+        "8de8c274c1a9dbd1",
+        "(session: sqlalchemy.ext.asyncio.session.AsyncSession, events: list[prefect.server.events.schemas.events.ReceivedEvent]) -> None",
+    ),
+    "prefect.server.models.deployments:_generate_scheduled_flow_runs": (
+        "5f775fd6e42f6f39",
+        "(db: 'PrefectDBInterface', session: 'AsyncSession', deployment_id: 'UUID', start_time: 'datetime.datetime', end_time: 'datetime.datetime', min_time: 'datetime.timedelta', min_runs: 'int', max_runs: 'int', auto_scheduled: 'bool' = True) -> 'list[dict[str, Any]]'",
+    ),
+    "prefect.server.models.events:flow_run_state_change_event": (
+        "2b96eb1eee73f00a",
+        "(session: sqlalchemy.ext.asyncio.session.AsyncSession, occurred: datetime.datetime, flow_run: prefect.server.database.orm_models.FlowRun, initial_state_id: Optional[uuid.UUID], initial_state: Optional[prefect.server.schemas.states.State], validated_state_id: Optional[uuid.UUID], validated_state: prefect.server.schemas.states.State) -> prefect.server.events.schemas.events.Event",
+    ),
+    "prefect.server.orchestration.instrumentation_policies:InstrumentFlowRunStateTransitions.after_transition": (
+        "baa74d016814a111",
+        "(self, context: 'OrchestrationContext[orm_models.FlowRun, core.FlowRunPolicy]') -> 'None'",
+    ),
+    "prefect.server.utilities.subscriptions:accept_prefect_socket": (
+        "68cee41a403e1d77",
+        "(websocket: starlette.websockets.WebSocket, *, require_prefect_subprotocol: bool = False, authentication_failed_reason: str | None = None) -> Optional[starlette.websockets.WebSocket]",
+    ),
+    "prefect.server.utilities.subscriptions:still_connected": (
+        "580ceaa256e5c125",
+        "(websocket: starlette.websockets.WebSocket) -> bool",
+    ),
+    "prefect.server.utilities.worker_channel:WorkerChannelConnection._send_loop": (
+        "64ba1047263cbaf3",
+        "(self, ready: 'WorkerReadyFrame') -> 'None'",
+    ),
     "prefect.utilities.engine:propose_state": (
         "e3af3956e8a6538b",
         "(client: 'PrefectClient', state: prefect.utilities.engine.State[Any], flow_run_id: uuid.UUID, force: bool = False) -> prefect.utilities.engine.State[Any]",
+    ),
+    "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.close": (
+        "4152fe931fa765d8",
+        "(self) -> 'None'",
+    ),
+    "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.commit": (
+        "c1aa2e1d5108cb01",
+        "(self) -> 'None'",
+    ),
+    "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.rollback": (
+        "0548606991277d87",
+        "(self) -> 'None'",
+    ),
+    "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.terminate": (
+        "667fa516eb89d29e",
+        "(self) -> 'None'",
+    ),
+    "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_cursor.__init__": (
+        "4d6b31b1f6eafdaa",
+        "(self, adapt_connection: 'AsyncAdapt_aiosqlite_connection')",
+    ),
+    "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_cursor.execute": (
+        "f1ea956cce739683",
+        "(self, operation: 'Any', parameters: 'Optional[_DBAPISingleExecuteParams]' = None) -> 'Any'",
+    ),
+    "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_cursor.executemany": (
+        "8529ac8e12ac172f",
+        "(self, operation: 'Any', seq_of_parameters: '_DBAPIMultiExecuteParams') -> 'Any'",
+    ),
+    "sqlalchemy.util.concurrency:await_only": (
+        "fa1d9eb705845155",
+        "(awaitable: 'Awaitable[_T]') -> '_T'",
     ),
 }
