@@ -200,6 +200,38 @@ PATCHES: tuple[Patch, ...] = (
         ),
         "SQLite writers of the server sleep in the busy handler while the lock is free",
     ),
+    Patch(
+        "typer_cli.lazy_group",
+        "typer",
+        "0.29.2",
+        ("typer.core:TyperGroup",),
+        "every command module is imported at each start of the CLI",
+    ),
+    Patch(
+        "typer_cli.group_command",
+        "typer",
+        "0.29.2",
+        ("typer.main:get_group_from_info", "typer.models:TyperInfo.__init__"),
+        "a command group cannot be built on its own, only with the whole app",
+    ),
+    Patch(
+        "typer_cli.function_command",
+        "typer",
+        "0.29.2",
+        ("typer.main:get_command_from_info", "typer.main:Typer.command"),
+        "a command cannot be built on its own, only with the whole app",
+    ),
+    Patch(
+        "typer_cli.usage_errors",
+        "typer",
+        "0.29.2",
+        (
+            "typer._click.exceptions:ClickException",
+            "typer._click.exceptions:NoArgsIsHelpError",
+            "typer.main:Typer.__call__",
+        ),
+        "a bad command line prints a traceback instead of one line and exit code 2",
+    ),
 )
 """Every patch, in the order of their modules; `tests/test_compat.py` runs over it."""
 

@@ -20,8 +20,8 @@ def immediate_sqlite_transactions() -> None:
     Written against Prefect 3.8.8, `AioSqliteConfiguration.begin_transaction`, which begins
     `DEFERRED` unless the caller passes `with_for_update=True`. Without it, a loaded server
     on SQLite answers 503 ("database is locked") and its services log tracebacks. Upstream:
-    not reported (PrefectHQ/prefect#9135 reports the symptom, "database is locked" on
-    SQLite under load).
+    the symptom is PrefectHQ/prefect#18934 (and #10188); the cause (deferred transactions
+    that read, then write) is not reported.
     """
     from prefect.server.database.configurations import AioSqliteConfiguration
 
