@@ -43,7 +43,7 @@ two are less than 5 minutes apart), and the automations service holds an event u
 one it follows has arrived, for up to 15 minutes (`PRECEDING_EVENT_LOOKBACK`). So every
 state event of a scheduled run (Pending, Running, Completed, ...) reaches the automations
 15 minutes late; only its heartbeats, which follow nothing, arrive at once. teamflow's
-crash automation (`flows.up.ensure_crash_automation`) then sees a run's last heartbeat
+crash automation (`flows.pool_setup.ensure_crash_automation`) then sees a run's last heartbeat
 without the state change that followed, and tries to mark every finished watchdog run
 Crashed: "Action failed: 'Failed to set state: Run is already in terminal state
 COMPLETED.'" in the server's log, and an `automation.action.failed` event in the UI, every

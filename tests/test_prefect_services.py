@@ -38,8 +38,9 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_server import assert_clean_log, prefect_server, wait_until
 from teamflow_workers import postgres_databases, register_deployments, teamflow_workers
 
+from flows.pool_setup import ensure_crash_automation
 from flows.system_alert import DEPLOYMENT
-from flows.up import HEARTBEAT_SECONDS, ensure_crash_automation
+from flows.up_processes import HEARTBEAT_SECONDS
 from models import db, inbox
 
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
