@@ -201,6 +201,61 @@ PATCHES: tuple[Patch, ...] = (
         "SQLite writers of the server sleep in the busy handler while the lock is free",
     ),
     Patch(
+        "prefect_worker.cache_server_result_storage",
+        PRE,
+        PREFECT,
+        (
+            "prefect.results:_read_server_default_result_storage_block_id",
+            "prefect.results:_aread_server_default_result_storage_block_id",
+            "prefect.results:_get_default_result_storage",
+        ),
+        "every flow run and task run that persists a result asks the server again",
+    ),
+    Patch(
+        "prefect_worker.keep_definition_reads",
+        PRE,
+        PREFECT,
+        (
+            "prefect.client.orchestration._deployments.client:"
+            "DeploymentAsyncClient.read_deployment",
+            "prefect.client.orchestration._flows.client:FlowAsyncClient.read_flow",
+            "prefect.workers.base:BaseWorker._submit_run",
+            "prefect.workers.base:BaseJobConfiguration.resolve_for_flow_run",
+        ),
+        "the worker reads a run's deployment twice and its flow once per run",
+    ),
+    Patch(
+        "prefect_worker.run_on_time",
+        PRE,
+        PREFECT,
+        (
+            "prefect.flow_engine:AsyncFlowRunEngine.set_state",
+            "prefect.flow_engine:_flow_parameters",
+            "prefect.flow_engine:run_flow_async",
+        ),
+        "a run taken ahead of its time starts early or late: a TIMER alert fires off time",
+    ),
+    Patch(
+        "prefect_worker.KeptEnvironmentJobConfiguration",
+        PRE,
+        PREFECT,
+        ("prefect.workers.base:BaseJobConfiguration._base_environment",),
+        "the settings' environment is made for every run: a fifth of a worker's CPU",
+    ),
+    Patch(
+        "prefect_worker.ProcessWorkerHooks",
+        PRE,
+        PREFECT,
+        (
+            "prefect.workers.base:BaseWorker.__init__",
+            "prefect.workers.base:BaseWorker.setup",
+            "prefect.workers.base:BaseWorker._sync_and_initialize",
+            "prefect.workers.base:BaseWorker._give_worker_labels_to_flow_run",
+            "prefect.workers.process:ProcessWorker",
+        ),
+        "the worker exits after a minute of outage; runs wait for the labels' retries",
+    ),
+    Patch(
         "typer_cli.lazy_group",
         "typer",
         "0.29.2",

@@ -6,6 +6,14 @@ installed."""
 # ruff: noqa: E501
 
 FINGERPRINTS: dict[str, tuple[str, str | None]] = {
+    "prefect.client.orchestration._deployments.client:DeploymentAsyncClient.read_deployment": (
+        "6a711d1015cb14b8",
+        "(self, deployment_id: 'Union[UUID, str]') -> \"'DeploymentResponse'\"",
+    ),
+    "prefect.client.orchestration._flows.client:FlowAsyncClient.read_flow": (
+        "89fc6f626d25c8eb",
+        "(self, flow_id: \"'UUID'\") -> \"'Flow'\"",
+    ),
     "prefect.client.orchestration.base:BaseAsyncClient.request": (
         "6be3f0ecac9b4f70",
         "(self, method: 'HTTP_METHODS', path: \"'ServerRoutes'\", params: 'dict[str, Any] | None' = None, path_params: 'dict[str, Any] | None' = None, **kwargs: 'Any') -> \"'Response'\"",
@@ -16,7 +24,19 @@ FINGERPRINTS: dict[str, tuple[str, str | None]] = {
         "(*args: Any, state: Optional[ForwardRef('State[Any]')] = None, **kwargs: Any) -> None",
     ),
     "prefect.flow_engine:AsyncFlowRunEngine.initialize_run": ("89ffd1b7fffd5509", "(self)"),
+    "prefect.flow_engine:AsyncFlowRunEngine.set_state": (
+        "d602f07c37896a1c",
+        "(self, state: 'State', force: 'bool' = False) -> 'State'",
+    ),
     "prefect.flow_engine:FlowRunEngine.initialize_run": ("6ce8fec6ee30abeb", "(self)"),
+    "prefect.flow_engine:_flow_parameters": (
+        "f085d1fc15dc4656",
+        "(flow: 'Flow[P, R]', flow_run: 'Optional[FlowRun]', parameters: 'Optional[Dict[str, Any]]') -> 'Dict[str, Any]'",
+    ),
+    "prefect.flow_engine:run_flow_async": (
+        "2ae14584de86059e",
+        "(flow: 'Flow[P, R]', flow_run: 'Optional[FlowRun]' = None, parameters: 'Optional[Dict[str, Any]]' = None, wait_for: 'Optional[Iterable[PrefectFuture[Any]]]' = None, return_type: \"Literal['state', 'result']\" = 'result', context: 'Optional[dict[str, Any]]' = None) -> 'Union[R, State, None]'",
+    ),
     "prefect.flow_runs:apause_flow_run": (
         "b6cbed201d47f08c",
         "(wait_for_input: 'Type[T] | None' = None, timeout: 'int' = 3600, poll_interval: 'int' = 10, key: 'str | None' = None) -> 'T | None'",
@@ -28,6 +48,18 @@ FINGERPRINTS: dict[str, tuple[str, str | None]] = {
     "prefect.input:keyset_from_paused_state": (
         "18cd8b79f0ed30eb",
         "(state: \"'State'\") -> 'Keyset'",
+    ),
+    "prefect.results:_aread_server_default_result_storage_block_id": (
+        "a041bff45c2b8a06",
+        "() -> 'UUID | None'",
+    ),
+    "prefect.results:_get_default_result_storage": (
+        "1ed5abae8e78babb",
+        "() -> '_DefaultResultStorage'",
+    ),
+    "prefect.results:_read_server_default_result_storage_block_id": (
+        "860caec936fe9bff",
+        "() -> 'UUID | None'",
     ),
     "prefect.server.api.flow_runs:bulk_set_flow_run_state": (
         "f47439ed0fd1085a",
@@ -84,6 +116,35 @@ FINGERPRINTS: dict[str, tuple[str, str | None]] = {
     "prefect.utilities.engine:propose_state": (
         "e3af3956e8a6538b",
         "(client: 'PrefectClient', state: prefect.utilities.engine.State[Any], flow_run_id: uuid.UUID, force: bool = False) -> prefect.utilities.engine.State[Any]",
+    ),
+    "prefect.workers.base:BaseJobConfiguration._base_environment": (
+        "089162fc66d6a5d0",
+        "(cls) -> 'dict[str, str]'",
+    ),
+    "prefect.workers.base:BaseJobConfiguration.resolve_for_flow_run": (
+        "9830a553458aae4a",
+        "(cls, flow_run: \"'FlowRun'\", *, client: 'PrefectClient', work_pool: 'WorkPool', worker_name: 'str', worker_id: 'UUID | None' = None, deployment: \"'DeploymentResponse | None'\" = None) -> 'Self'",
+    ),
+    "prefect.workers.base:BaseWorker.__init__": (
+        "20efca6bf5bf7f6d",
+        "(self, work_pool_name: 'str', work_queues: 'list[str] | None' = None, name: 'str | None' = None, prefetch_seconds: 'float | None' = None, create_pool_if_not_found: 'bool' = True, limit: 'int | None' = None, heartbeat_interval_seconds: 'int | None' = None, *, base_job_template: 'dict[str, Any] | None' = None)",
+    ),
+    "prefect.workers.base:BaseWorker._give_worker_labels_to_flow_run": (
+        "f53238039eff1b68",
+        "(self, flow_run_id: 'UUID')",
+    ),
+    "prefect.workers.base:BaseWorker._submit_run": (
+        "67a8818b276872d9",
+        "(self, flow_run: \"'FlowRun'\") -> 'None'",
+    ),
+    "prefect.workers.base:BaseWorker._sync_and_initialize": (
+        "85e736f8f8657ca5",
+        "(self) -> 'None'",
+    ),
+    "prefect.workers.base:BaseWorker.setup": ("8a002097818265c7", "(self) -> 'None'"),
+    "prefect.workers.process:ProcessWorker": (
+        "fcdc14bf58a4eeee",
+        "(work_pool_name: 'str', work_queues: 'list[str] | None' = None, name: 'str | None' = None, prefetch_seconds: 'float | None' = None, create_pool_if_not_found: 'bool' = True, limit: 'int | None' = None, heartbeat_interval_seconds: 'int | None' = None, *, base_job_template: 'dict[str, Any] | None' = None)",
     ),
     "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.close": (
         "4152fe931fa765d8",
