@@ -12,8 +12,9 @@ upstream.
 `PATCHES` lists each patch with the library parts it leans on ("targets") and a
 fingerprint of each: a hash of its source and its signature, taken on the pinned version.
 `tests/test_compat.py` compares them with what is installed, so a version bump names
-exactly the patches to re-check; `python -m flows.compat` prints the current fingerprints
-to paste here once a patch has been re-checked. Importing this package imports no library.
+exactly the patches to re-check; `python -m flows.compat` records the fingerprints as
+installed (in `_fingerprints.py`) once the patches it names are re-checked. Importing this
+package imports no library.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def resolve(path: str) -> Any:
         )
         if isinstance(target, (staticmethod, classmethod)):
             target = target.__func__
+        if isinstance(target, property):
+            target = target.fget
     return inspect.unwrap(target) if callable(target) else target
 
 
