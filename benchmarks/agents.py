@@ -26,7 +26,7 @@ Printed per database, next to the target (0 errors, 0 lost):
   with status 503 (busy: its database was locked), counted by request in its access log
   (the server logs at INFO for it). Prefect's client tries a request that got a 503 again
   2, 4, 8... s later (a run waits meanwhile, and fails after the sixth try); the worker's
-  request labelling a run is tried once and given up (`flows/worker.py`);
+  request labelling a run is tried once and given up (`flows/compat/prefect_worker.py`);
 - lost work: tasks not `completed` in teamflow's database; tool calls that left no
   Feedback record (expected: agents x steps); steps missing from the members'
   conversations (agents x (steps + 1)); the lead's `idle_notification`s (one per member);

@@ -47,7 +47,7 @@ def main() -> None:
     os.environ.pop("TEAMFLOW_DATABASE_URL", None)
     os.environ.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)
 
-    from flows import runner, up
+    from flows import runner, up, up_processes
     from models import db
 
     processes: list[subprocess.Popen] = []
@@ -64,7 +64,7 @@ def main() -> None:
                      "--pool", "stock-process")  # fmt: skip
             db.upgrade()
             _team()
-            env = up.child_env(api)
+            env = up_processes.child_env(api)
             processes.append(_spawn([sys.executable, "-m", "flows.cli", "worker"], env,
                                     home / "logs" / "teamflow-worker.log"))  # fmt: skip
             defaults = {k: v for k, v in env.items() if not k.startswith("PREFECT_WORKER_")}
@@ -131,10 +131,10 @@ def _team() -> None:
 
 
 def _prefect(api: str, *args: str) -> None:
-    from flows import up
+    from flows import up_processes
 
     subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", *args], cwd=ROOT,
-                   env=up.child_env(api), check=True, capture_output=True)  # fmt: skip
+                   env=up_processes.child_env(api), check=True, capture_output=True)  # fmt: skip
 
 
 def _spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:

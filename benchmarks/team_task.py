@@ -92,8 +92,8 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
     from prefect import flow
     from prefect_server import harness
 
+    from flows.flow_threads import api_clients
     from flows.team_task import run_team_task
-    from flows.worker import api_clients
     from models.task import create_task
 
     data = home / "data.csv"

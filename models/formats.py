@@ -26,7 +26,9 @@ class Format:
         module, _, attr = self.target.partition(":")
         obj = getattr(importlib.import_module(module), attr)
         if isinstance(obj, TypeAdapter):
-            return TypeAdapter(list[obj._type]) if self.many else obj  # type: ignore[attr-defined]
+            if self.many:  # pydantic keeps an adapter's type private (`_type`): name the type
+                raise TypeError(f"{self.name}: `many` needs a type as its target, not an adapter")
+            return obj
         return TypeAdapter(list[obj] if self.many else obj)
 
     def validate(self, data: Any) -> Any:

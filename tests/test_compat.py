@@ -11,6 +11,7 @@ import importlib
 import inspect
 import pkgutil
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 
@@ -79,4 +80,13 @@ def test_patched_library_parts_have_not_changed_shape(patch: compat.Patch) -> No
         f"flows.compat.{patch.name} (written against {patch.library} {patch.version}, "
         f"installed {installed}) leans on library parts that changed; re-check it: without "
         f"it, {patch.why}.\n  " + "\n  ".join(changed)
+    )
+
+
+@pytest.mark.parametrize("patch", compat.PATCHES, ids=lambda patch: patch.name)
+def test_every_patch_has_its_upstream_wording_in_the_docs(patch: compat.Patch) -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "upstream.md").read_text()
+    assert f"### {patch.name}\n" in page, (
+        f"docs/upstream.md has no section `### {patch.name}`: say there what teamflow would "
+        "report upstream (symptom, reproduction, proposed fix)"
     )

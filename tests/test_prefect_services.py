@@ -12,7 +12,7 @@ The automations service sees those runs as well: teamflow's crash automation (in
 alone. Prefect's scheduler emits no event for a scheduled run's first state, and Prefect
 3.8.8 held every later state event of the run for 15 minutes waiting for it, so the
 automation saw only the run's heartbeat and tried to crash every finished scheduled run
-(`flows.server.scheduled_states_not_awaited`).
+(`flows.compat.prefect_server.scheduled_states_not_awaited`).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_server import assert_clean_log, prefect_server, wait_until
 from teamflow_workers import postgres_databases, register_deployments, teamflow_workers
 
+from flows.pool_setup import ensure_crash_automation
 from flows.system_alert import DEPLOYMENT
-from flows.up import HEARTBEAT_SECONDS, ensure_crash_automation
+from flows.up_processes import HEARTBEAT_SECONDS
 from models import db, inbox
 
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")

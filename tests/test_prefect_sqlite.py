@@ -21,8 +21,9 @@ import pytest
 import sqlalchemy as sa
 from prefect.server.database.configurations import AioSqliteConfiguration
 
-from flows import server
-from flows.server import immediate_sqlite_transactions, skip_stored_event_batches, write_gate
+from flows.compat import sqlalchemy_sqlite as gate
+from flows.compat.prefect_server import immediate_sqlite_transactions, skip_stored_event_batches
+from flows.compat.sqlalchemy_sqlite import write_gate
 
 
 async def _read_then_write(path: Path) -> list[str]:
@@ -95,14 +96,14 @@ async def _two_writers(
     from sqlalchemy.ext.asyncio import create_async_engine
 
     turns_asked = 0  # A's write asks the gate for a turn first, B's second
-    take = server._take
+    take = gate._take
 
     async def counted(conn: int) -> bool:
         nonlocal turns_asked
         turns_asked += 1
         return await take(conn)
 
-    server._take = counted  # type: ignore[assignment]
+    gate._take = counted  # type: ignore[assignment]
     engine = create_async_engine(f"sqlite+aiosqlite:///{path}", connect_args={"timeout": 0})
     try:
         async with engine.begin() as conn:
@@ -134,7 +135,7 @@ async def _two_writers(
         async with engine.connect() as conn:
             return [row[0] for row in await conn.execute(sa.text("SELECT who FROM bucket"))]
     finally:
-        server._take = take  # type: ignore[assignment]
+        gate._take = take  # type: ignore[assignment]
         await engine.dispose()
 
 
@@ -145,7 +146,7 @@ def gate_undone(monkeypatch: pytest.MonkeyPatch) -> None:
 
     for cls, names in (
         (adapter.AsyncAdapt_aiosqlite_cursor, ("execute", "executemany")),
-        (adapter.AsyncAdapt_aiosqlite_connection, server.ENDS),
+        (adapter.AsyncAdapt_aiosqlite_connection, gate.ENDS),
     ):
         for name in names:
             monkeypatch.setattr(cls, name, getattr(cls, name))
@@ -169,7 +170,7 @@ def test_with_the_gate_a_writer_waits_its_turn_and_goes_when_the_transaction_end
     write_gate()  # a second call changes nothing
     written = asyncio.run(_two_writers(tmp_path / "prefect.db", a_ends=a_ends))
     assert written == (["a", "b", "b2"] if a_ends == "commit" else ["b", "b2"])
-    assert server._held == {}  # every turn ended: commit, rollback, termination, autocommit
+    assert gate._held == {}  # every turn ended: commit, rollback, termination, autocommit
 
 
 @pytest.mark.usefixtures("gate_undone")
@@ -178,11 +179,11 @@ def test_a_writer_that_waited_too_long_for_the_gate_asks_sqlite_itself(
 ) -> None:
     """So a writer that the gate's holder itself waits for is never stuck for good: it
     meets SQLite's lock and busy timeout, as without the gate."""
-    monkeypatch.setattr(server, "GATE_WAIT_S", 0.05)
+    monkeypatch.setattr(gate, "GATE_WAIT_S", 0.05)
     write_gate()
     with pytest.raises(sa.exc.OperationalError, match="database is locked"):
         asyncio.run(_two_writers(tmp_path / "prefect.db", b_gives_up=True))
-    assert server._held == {}
+    assert gate._held == {}
 
 
 async def _write_events_again(path: Path) -> list[str]:

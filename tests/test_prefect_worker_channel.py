@@ -93,7 +93,7 @@ def test_the_patch_is_applied_once() -> None:
     from prefect.server.utilities import subscriptions, worker_channel
     from starlette.websockets import WebSocketDisconnected
 
-    from flows.server import quiet_worker_channel_disconnects
+    from flows.compat.prefect_server import quiet_worker_channel_disconnects
 
     channel = worker_channel.WorkerChannelConnection
     before = (subscriptions.NORMAL_DISCONNECT_EXCEPTIONS, channel._send_loop)

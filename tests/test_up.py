@@ -36,7 +36,7 @@ from prefect_server import (
 )
 from teamflow_workers import postgres_databases
 
-from flows import runner
+from flows import runner, up_processes
 from flows import up as bring_up
 from flows.system_alert import DEPLOYMENT
 from models import db, inbox, membership
@@ -80,8 +80,10 @@ def up_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def test_logs_and_the_prefect_database_are_created_private(tmp_path: Path) -> None:
     old = os.umask(0o022)
     try:
-        log = bring_up._log_path(tmp_path, "worker.log")
-        bring_up.check_database(f"sqlite+aiosqlite:///{tmp_path / 'prefect.db'}", "the database")
+        log = up_processes.log_path(tmp_path, "worker.log")
+        up_processes.check_database(
+            f"sqlite+aiosqlite:///{tmp_path / 'prefect.db'}", "the database"
+        )
     finally:
         os.umask(old)
     assert log.stat().st_mode & 0o777 == 0o600

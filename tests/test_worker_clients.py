@@ -1,5 +1,5 @@
 """Runs inside a worker share Prefect's clients and ask for the server's result storage
-once in a while, not once per flow run and task run (`flows.worker.api_clients`).
+once in a while, not once per flow run and task run (`flows.flow_threads.api_clients`).
 
 Flow runs with a persisted task, on a real Prefect server, the requests counted as they
 leave the process.
@@ -14,7 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from flows import worker
+from flows import flow_threads, worker
+from flows.compat import prefect_worker
+from flows.compat.prefect_worker import keep_definition_reads
 
 pytestmark = pytest.mark.usefixtures("home")
 
@@ -46,7 +48,7 @@ def storage_lookups(runs: int, monkeypatch: pytest.MonkeyPatch) -> int:
     monkeypatch.setattr(httpx.AsyncClient, "send", acounted)
 
     async def main() -> list[int]:
-        async with worker.api_clients():
+        async with flow_threads.api_clients():
             return [await doubled(i) for i in range(runs)]
 
     assert asyncio.run(main()) == [2 * i for i in range(runs)]
@@ -63,7 +65,7 @@ def test_runs_in_a_worker_ask_for_the_result_storage_once(
 def test_the_answer_is_asked_again_once_it_is_old(
     prefect_api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(worker, "STORAGE_LOOKUP_S", 0.0)
+    monkeypatch.setattr(prefect_worker, "STORAGE_LOOKUP_S", 0.0)
     assert storage_lookups(3, monkeypatch) == 3
 
 
@@ -103,7 +105,7 @@ def test_a_worker_reads_a_deployment_and_its_flow_once_in_a_while(
             deployment_id = await client.create_deployment(
                 flow_id=flow_id, name="kept", job_variables={"env": {"A": "1"}}
             )
-            worker.keep_definition_reads(client, seconds=60)
+            keep_definition_reads(client, seconds=60)
             requests.clear()
             first = await client.read_deployment(deployment_id)
             first.job_variables["env"]["B"] = "2"  # as Prefect merges a run's variables
@@ -116,7 +118,7 @@ def test_a_worker_reads_a_deployment_and_its_flow_once_in_a_while(
             await client.update_deployment(deployment_id, DeploymentUpdate(paused=True))
             assert (await client.read_deployment(deployment_id)).paused is False  # kept
         async with get_client() as client:
-            worker.keep_definition_reads(client, seconds=0)  # nothing kept: read each time
+            keep_definition_reads(client, seconds=0)  # nothing kept: read each time
             assert (await client.read_deployment(deployment_id)).paused is True
 
     from prefect.client.schemas.actions import DeploymentUpdate

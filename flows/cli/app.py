@@ -14,12 +14,11 @@ import importlib
 import os
 import sys
 import threading
-from collections.abc import Iterator, MutableMapping
 
 import typer
-from typer.core import TyperGroup
 
 from flows.cli.output import error
+from flows.compat.typer_cli import lazy_group, usage_errors
 
 COMMANDS = {
     "validate": ("flows.cli.validate", "validate"),
@@ -50,70 +49,21 @@ GROUPS = {
 """The root's command groups: name -> (module, Typer app)."""
 
 
-class _Commands(MutableMapping):
-    """The root's commands, each imported and built on first use: `teamflow msg send` imports
-    and builds the `msg` group only, not the other command modules (issue 16: CLI start)."""
-
-    def __init__(self, built: dict) -> None:
-        self.built = built
-
-    def __getitem__(self, name: str):
-        if name not in self.built:
-            if name not in COMMANDS and name not in GROUPS:
-                raise KeyError(name)
-            self.built[name] = _build(name)
-        return self.built[name]
-
-    def __setitem__(self, name: str, command) -> None:
-        self.built[name] = command
-
-    def __delitem__(self, name: str) -> None:
-        del self.built[name]
-
-    def __iter__(self) -> Iterator[str]:
-        yield from COMMANDS
-        yield from GROUPS
-        yield from (name for name in self.built if name not in COMMANDS and name not in GROUPS)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-class _LazyGroup(TyperGroup):
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.commands = _Commands(dict(self.commands))
-
-
 def _build(name: str):
     """The click command of one root command or group, as `add_typer`/`command` would give."""
-    from typer.main import get_command_from_info, get_group_from_info
-    from typer.models import TyperInfo
+    from flows.compat.typer_cli import function_command, group_command
 
     if name in GROUPS:
         module, attribute = GROUPS[name]
-        group = getattr(importlib.import_module(module), attribute)
-        return get_group_from_info(
-            TyperInfo(group, name=name),
-            pretty_exceptions_short=app.pretty_exceptions_short,
-            rich_markup_mode=app.rich_markup_mode,
-            suggest_commands=app.suggest_commands,
-        )
+        return group_command(getattr(importlib.import_module(module), attribute), name, app)
     module, attribute = COMMANDS[name]
-    holder = typer.Typer()
-    holder.command(None if name == attribute else name)(
-        getattr(importlib.import_module(module), attribute)
-    )
-    return get_command_from_info(
-        holder.registered_commands[0],
-        pretty_exceptions_short=app.pretty_exceptions_short,
-        rich_markup_mode=app.rich_markup_mode,
-    )
+    function = getattr(importlib.import_module(module), attribute)
+    return function_command(function, None if name == attribute else name, app)
 
 
 def _root() -> None:
     # Nothing to do before a command; a callback makes the root a group without any
-    # command registered up front (they come from `_Commands`).
+    # command registered up front (they come from `lazy_group`).
     pass
 
 
@@ -123,7 +73,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
-    cls=_LazyGroup,
+    # Each command imported and built on first use: `teamflow msg send` imports and builds
+    # the `msg` group only, not the other command modules (issue 16: CLI start).
+    cls=lazy_group(lambda: [*COMMANDS, *GROUPS], _build),
     callback=_root,
 )
 
@@ -134,8 +86,7 @@ def main() -> None:
     A command line that does not parse (a missing option, an unknown command) is one line
     too, with exit code 2.
     """
-    # typer 0.29 vendors click; its usage errors are these.
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+    ClickException, NoArgsIsHelpError = usage_errors()
 
     try:
         code = app(standalone_mode=False)

@@ -12,8 +12,9 @@ upstream.
 `PATCHES` lists each patch with the library parts it leans on ("targets") and a
 fingerprint of each: a hash of its source and its signature, taken on the pinned version.
 `tests/test_compat.py` compares them with what is installed, so a version bump names
-exactly the patches to re-check; `python -m flows.compat` prints the current fingerprints
-to paste here once a patch has been re-checked. Importing this package imports no library.
+exactly the patches to re-check; `python -m flows.compat` records the fingerprints as
+installed (in `_fingerprints.py`) once the patches it names are re-checked. Importing this
+package imports no library.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def resolve(path: str) -> Any:
         )
         if isinstance(target, (staticmethod, classmethod)):
             target = target.__func__
+        if isinstance(target, property):
+            target = target.fget
     return inspect.unwrap(target) if callable(target) else target
 
 
@@ -139,6 +142,153 @@ PATCHES: tuple[Patch, ...] = (
         PREFECT,
         ("prefect.utilities.engine:propose_state",),
         "a wait whose pause the server made but answered 503 fails its paused run",
+    ),
+    Patch(
+        "prefect_server.immediate_sqlite_transactions",
+        PRE,
+        PREFECT,
+        (
+            "prefect.server.database.configurations:AioSqliteConfiguration.begin_transaction",
+            "prefect.server.database.configurations:AioSqliteConfiguration.session",
+        ),
+        "a loaded server on SQLite answers 503 (database is locked) and logs tracebacks",
+    ),
+    Patch(
+        "prefect_server.skip_stored_event_batches",
+        PRE,
+        PREFECT,
+        (
+            "prefect.server.events.storage.database:_write_sqlite_events",
+            "prefect.server.events.storage.database:_in_safe_batches",
+            "prefect.server.events.storage.database:write_events",
+        ),
+        "events sent again after an outage make the persister drop whole flushes",
+    ),
+    Patch(
+        "prefect_server.quiet_worker_channel_disconnects",
+        PRE,
+        PREFECT,
+        (
+            "prefect.server.utilities.worker_channel:WorkerChannelConnection._send_loop",
+            "prefect.server.utilities.subscriptions:accept_prefect_socket",
+            "prefect.server.utilities.subscriptions:still_connected",
+        ),
+        "a worker leaving around an outage makes the server log errors and tracebacks",
+    ),
+    Patch(
+        "prefect_server.scheduled_states_not_awaited",
+        PRE,
+        PREFECT,
+        (
+            "prefect.server.models.events:flow_run_state_change_event",
+            "prefect.server.orchestration.instrumentation_policies:"
+            "InstrumentFlowRunStateTransitions.after_transition",
+            "prefect.server.models.deployments:_generate_scheduled_flow_runs",
+        ),
+        "state events of scheduled runs reach automations 15 minutes late",
+    ),
+    Patch(
+        "sqlalchemy_sqlite.write_gate",
+        "sqlalchemy",
+        "2.0.58",
+        (
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_cursor.execute",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_cursor.executemany",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_cursor.__init__",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.commit",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.rollback",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.close",
+            "sqlalchemy.dialects.sqlite.aiosqlite:AsyncAdapt_aiosqlite_connection.terminate",
+            "sqlalchemy.util.concurrency:await_only",
+        ),
+        "SQLite writers of the server sleep in the busy handler while the lock is free",
+    ),
+    Patch(
+        "prefect_worker.cache_server_result_storage",
+        PRE,
+        PREFECT,
+        (
+            "prefect.results:_read_server_default_result_storage_block_id",
+            "prefect.results:_aread_server_default_result_storage_block_id",
+            "prefect.results:_get_default_result_storage",
+        ),
+        "every flow run and task run that persists a result asks the server again",
+    ),
+    Patch(
+        "prefect_worker.keep_definition_reads",
+        PRE,
+        PREFECT,
+        (
+            "prefect.client.orchestration._deployments.client:"
+            "DeploymentAsyncClient.read_deployment",
+            "prefect.client.orchestration._flows.client:FlowAsyncClient.read_flow",
+            "prefect.workers.base:BaseWorker._submit_run",
+            "prefect.workers.base:BaseJobConfiguration.resolve_for_flow_run",
+        ),
+        "the worker reads a run's deployment twice and its flow once per run",
+    ),
+    Patch(
+        "prefect_worker.run_on_time",
+        PRE,
+        PREFECT,
+        (
+            "prefect.flow_engine:AsyncFlowRunEngine.set_state",
+            "prefect.flow_engine:_flow_parameters",
+            "prefect.flow_engine:run_flow_async",
+        ),
+        "a run taken ahead of its time starts early or late: a TIMER alert fires off time",
+    ),
+    Patch(
+        "prefect_worker.KeptEnvironmentJobConfiguration",
+        PRE,
+        PREFECT,
+        ("prefect.workers.base:BaseJobConfiguration._base_environment",),
+        "the settings' environment is made for every run: a fifth of a worker's CPU",
+    ),
+    Patch(
+        "prefect_worker.ProcessWorkerHooks",
+        PRE,
+        PREFECT,
+        (
+            "prefect.workers.base:BaseWorker.__init__",
+            "prefect.workers.base:BaseWorker.setup",
+            "prefect.workers.base:BaseWorker._sync_and_initialize",
+            "prefect.workers.base:BaseWorker._give_worker_labels_to_flow_run",
+            "prefect.workers.process:ProcessWorker",
+        ),
+        "the worker exits after a minute of outage; runs wait for the labels' retries",
+    ),
+    Patch(
+        "typer_cli.lazy_group",
+        "typer",
+        "0.29.2",
+        ("typer.core:TyperGroup",),
+        "every command module is imported at each start of the CLI",
+    ),
+    Patch(
+        "typer_cli.group_command",
+        "typer",
+        "0.29.2",
+        ("typer.main:get_group_from_info", "typer.models:TyperInfo.__init__"),
+        "a command group cannot be built on its own, only with the whole app",
+    ),
+    Patch(
+        "typer_cli.function_command",
+        "typer",
+        "0.29.2",
+        ("typer.main:get_command_from_info", "typer.main:Typer.command"),
+        "a command cannot be built on its own, only with the whole app",
+    ),
+    Patch(
+        "typer_cli.usage_errors",
+        "typer",
+        "0.29.2",
+        (
+            "typer._click.exceptions:ClickException",
+            "typer._click.exceptions:NoArgsIsHelpError",
+            "typer.main:Typer.__call__",
+        ),
+        "a bad command line prints a traceback instead of one line and exit code 2",
     ),
 )
 """Every patch, in the order of their modules; `tests/test_compat.py` runs over it."""

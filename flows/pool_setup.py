@@ -1,0 +1,174 @@
+"""What `teamflow up` sets up in Prefect: the `teamflow` work pool, the deployments of
+`prefect.yaml`, and the automation that marks runs Crashed when their heartbeats stop.
+
+Each step may be run again: it leaves what exists as it is, or updates it in place.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from flows.up_processes import POOL, PROJECT_ROOT, UpError, child_env, last_error, log_path
+
+CRASH_AUTOMATION = "teamflow: crash runs without heartbeats"
+BUSY_TRIES = 3
+"""How often `up` tries a step (deploy, automation, schedule) when the server answers 503."""
+DEFAULT_CRASH_AFTER_SECONDS = 90
+"""A run whose heartbeats stop for this long is marked Crashed (three missed heartbeats)."""
+EXPECTED_AFTER_A_HEARTBEAT = {
+    f"prefect.flow-run.{name}"
+    for name in (
+        "heartbeat", "Running", "Retrying", "AwaitingRetry", "Paused", "Suspended",
+        "Cancelling", "Completed", "Failed", "Cancelled", "Crashed",
+    )
+}  # fmt: skip
+"""What shows a run is alive (or ended, or let its process go) after a heartbeat."""
+
+
+def ensure_pool(name: str = POOL) -> bool:
+    """Creates the `process` work pool `name` unless it exists; True if it was created."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+    from prefect.workers.process import ProcessWorker
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_work_pool(name)
+            return False
+        except ObjectNotFound:
+            pass
+        try:
+            client.create_work_pool(
+                WorkPoolCreate(
+                    name=name,
+                    type=ProcessWorker.type,
+                    base_job_template=ProcessWorker.get_default_base_job_template(),
+                    description="teamflow: every team task, approval, shutdown and alert",
+                )
+            )
+        except ObjectAlreadyExists:
+            return False
+        return True
+
+
+def deploy(api: str, home: Path) -> list[str]:
+    """Registers every deployment of `prefect.yaml` (`prefect deploy --all`); returns them."""
+    prefect_file = PROJECT_ROOT / "prefect.yaml"
+    if not prefect_file.exists():
+        raise UpError(
+            f"no prefect.yaml in {PROJECT_ROOT}; install teamflow from its source tree "
+            "(pip install -e .) so its deployments can be registered"
+        )
+    log = log_path(home, "deploy.log")
+    for attempt in range(1, BUSY_TRIES + 1):
+        with log.open("ab") as out:
+            result = subprocess.run(
+                [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all",
+                 "--prefect-file", str(prefect_file)],
+                cwd=PROJECT_ROOT, env=child_env(api), stdin=subprocess.DEVNULL,
+                stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False,
+            )  # fmt: skip
+        if result.returncode == 0:
+            return pool_deployments()
+        error = last_error(log)
+        # A busy server on SQLite answers 503 now and then (more so where the client's own
+        # retries are turned off); deploying again is harmless: it updates in place.
+        if "503" not in error or attempt == BUSY_TRIES:
+            raise UpError(f"`prefect deploy --all` failed: {error}; see {log}")
+        print(
+            f"`prefect deploy --all`: the server was busy (503); trying again ({attempt})",
+            flush=True,
+        )
+        time.sleep(2 * attempt)
+    raise AssertionError("unreachable")
+
+
+def pool_deployments(pool: str = POOL) -> list[str]:
+    """The deployments in `pool`, as `flow/deployment`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import DeploymentFilter, WorkPoolFilter
+
+    with get_client(sync_client=True) as client:
+        found = client.read_deployments(
+            work_pool_filter=WorkPoolFilter(name={"any_": [pool]}),
+            deployment_filter=DeploymentFilter(),
+            limit=200,
+        )
+        flows = {f.id: f.name for f in client.read_flows(limit=200)}
+    return sorted(f"{flows.get(d.flow_id, d.flow_id)}/{d.name}" for d in found)
+
+
+def ensure_crash_automation(pool: str = POOL, within_seconds: float | None = None) -> None:
+    """Installs (or updates) the automation that marks silent runs of `pool` Crashed.
+
+    Prefect's recipe for self-hosted servers: after each `prefect.flow-run.heartbeat` (and
+    after `Running`), expect another flow-run event (heartbeat or state change) of the same
+    run `within`; if none comes, change the run's state to Crashed. It is limited to the
+    deployments of the teamflow pool: other flows on the same server may beat less often.
+    """
+    from datetime import timedelta
+
+    from prefect.automations import Automation
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import WorkPoolFilter
+    from prefect.client.schemas.objects import StateType
+    from prefect.events.actions import ChangeFlowRunState
+    from prefect.events.schemas.automations import EventTrigger, Posture
+    from prefect.events.schemas.events import ResourceSpecification
+
+    if within_seconds is None:
+        within_seconds = float(
+            os.environ.get("TEAMFLOW_CRASH_AFTER_SECONDS") or DEFAULT_CRASH_AFTER_SECONDS
+        )
+    with get_client(sync_client=True) as client:
+        deployments = client.read_deployments(
+            work_pool_filter=WorkPoolFilter(name={"any_": [pool]}), limit=200
+        )
+    if not deployments:
+        return
+    automation = Automation(
+        name=CRASH_AUTOMATION,
+        description=(
+            f"Marks a run of the {pool!r} work pool Crashed when no heartbeat or state "
+            f"change arrives for {within_seconds:g} s (its process died). Installed by "
+            "`teamflow up`."
+        ),
+        trigger=EventTrigger(
+            # Running arms it too: a process that dies before its first heartbeat is
+            # caught as well.
+            after={"prefect.flow-run.heartbeat", "prefect.flow-run.Running"},
+            # Named, not `prefect.flow-run.*`: on SQLite every event the trigger is
+            # interested in is a write, and Scheduled/Pending/Submitting/pull-step events
+            # need none. teamflow's flows use Prefect's state names only.
+            expect=EXPECTED_AFTER_A_HEARTBEAT,
+            match=ResourceSpecification({"prefect.resource.id": ["prefect.flow-run.*"]}),
+            match_related=ResourceSpecification(
+                {
+                    "prefect.resource.role": "deployment",
+                    "prefect.resource.id": [f"prefect.deployment.{d.id}" for d in deployments],
+                }
+            ),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=timedelta(seconds=within_seconds),
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CRASHED,
+                message="Flow run marked as crashed: its heartbeats stopped.",
+            )
+        ],
+    )
+    try:
+        existing = Automation.read(name=CRASH_AUTOMATION)
+    except ValueError:
+        automation.create()
+        return
+    automation.id = existing.id
+    automation.update()
