@@ -282,12 +282,11 @@ def start(
 def teamflow(
     args: list[str], env: dict[str, str] | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess:
-    """A teamflow command run to its end, as a user runs it; `env` default: this process's."""
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        env=os.environ.copy() if env is None else env, cwd=ROOT, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+    """A teamflow command run to its end, as a user runs it; `env` default: this process's.
+    Data-only commands run in this process (`cli_runner`), the others as subprocesses."""
+    from cli_runner import teamflow as run
+
+    return run(args, env, cwd=ROOT, timeout=timeout)
 
 
 def wait_for_up(process: subprocess.Popen, log: Path, timeout: float = 240) -> str:
