@@ -35,6 +35,8 @@ from test_prefect_services import SERVICES
 from flows.system_alert import DEPLOYMENT
 from models import db, inbox, membership
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 
 @dataclass
 class Env:

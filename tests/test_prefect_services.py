@@ -42,6 +42,8 @@ from flows.system_alert import DEPLOYMENT
 from flows.up import HEARTBEAT_SECONDS, ensure_crash_automation
 from models import db, inbox
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
 
 # The services that matter loop every second or two instead of every minute.
