@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -86,9 +87,35 @@ def _empty_tables(url: str) -> None:
             conn.execute(table.delete())
 
 
+@pytest.fixture(scope="session")
+def _shared_prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Prefect server per test process (each xdist worker has its own), started on
+    first use (it takes seconds of CPU) and shared by the modules that take `prefect_api`.
+    Their runs stay apart by their own ids, names and tags; a module that reads the
+    server's runs at large (all paused runs, say) takes `own_prefect_api` instead."""
+    from prefect_server import harness_server
+
+    with harness_server(tmp_path_factory.mktemp("prefect")) as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
-def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Prefect server for this module's flow runs (started once: it takes seconds);
+def prefect_api(_shared_prefect_server: Any) -> Iterator[str]:
+    """The Prefect server for this module's flow runs, as this process's Prefect API for
+    the module (the process's shared one); the module fails if the server logged an error
+    while it ran."""
+    from prefect_server import api_for_the_block, assert_clean_log
+
+    server = _shared_prefect_server
+    since = server.log.stat().st_size if server.log.exists() else 0
+    with api_for_the_block(server.api) as api:
+        yield api
+    assert_clean_log(server.log, server.deleted_runs, since)
+
+
+@pytest.fixture(scope="module")
+def own_prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Prefect server of this module's own (a module that reads all the server's runs);
     the module fails if the server logged an error."""
     from prefect_server import harness
 

@@ -121,12 +121,13 @@ _ORPHANED_FLUSH = re.compile(
 )
 
 
-def log_errors(log: Path, deleted_runs: Collection[str] = ()) -> list[str]:
+def log_errors(log: Path, deleted_runs: Collection[str] = (), since: int = 0) -> list[str]:
     """The lines of a server's log that report an error (see `_LOG_ERROR`), leaving out
-    the records of `_RETRIED_FLUSH`, and those of `_ORPHANED_FLUSH` for `deleted_runs`."""
+    the records of `_RETRIED_FLUSH`, and those of `_ORPHANED_FLUSH` for `deleted_runs`;
+    from byte `since` on (a server shared by several modules: what one module saw)."""
     if not log.exists():
         return []
-    text = log.read_text()
+    text = log.read_bytes()[since:].decode(errors="replace")
     starts = [0, *(m.start() for m in _RECORD.finditer(text)), len(text)]
     records = [text[a:b] for a, b in itertools.pairwise(starts) if a < b]
 
@@ -143,13 +144,13 @@ def log_errors(log: Path, deleted_runs: Collection[str] = ()) -> list[str]:
     ]
 
 
-def assert_clean_log(log: Path, deleted_runs: Collection[str] = ()) -> None:
-    """Fails if the server (its API or its services) logged errors to `log`, quoting the
-    first one whole (its traceback) and the error lines of the rest."""
-    errors = log_errors(log, deleted_runs)
+def assert_clean_log(log: Path, deleted_runs: Collection[str] = (), since: int = 0) -> None:
+    """Fails if the server (its API or its services) logged errors to `log` (from byte
+    `since` on), quoting the first one whole (its traceback) and the error lines of the rest."""
+    errors = log_errors(log, deleted_runs, since)
     if not errors:
         return
-    lines = log.read_text().splitlines()
+    lines = log.read_bytes()[since:].decode(errors="replace").splitlines()
     first = lines.index(errors[0])
     whole = lines[first : first + 80]
     raise AssertionError(
@@ -202,17 +203,30 @@ def harness(tmp: Path) -> Iterator[str]:
     that succeeded also fails if it logged an error: its services (event persister,
     triggers, ...) must run clean with our pins, as they must for a user.
     """
+    with harness_server(tmp) as server, api_for_the_block(server.api):
+        yield server.api
+
+
+@contextlib.contextmanager
+def harness_server(tmp: Path) -> Iterator[Server]:
+    """The server of `harness`, without making it this process's Prefect API."""
+    with prefect_server(tmp, env={"PREFECT_UI_ENABLED": "false"}) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def api_for_the_block(api: str) -> Iterator[str]:
+    """Makes `api` this process's Prefect API for the block (see `harness`)."""
     from prefect.context import _temporary_global_settings_context, get_settings_context
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with (
-        prefect_server(tmp, env={"PREFECT_UI_ENABLED": "false"}) as server,
-        temporary_settings(updates={PREFECT_API_URL: server.api}),
+        temporary_settings(updates={PREFECT_API_URL: api}),
         # Also for threads started in the block (they do not copy this context), as
         # Prefect's own test harness does.
         _temporary_global_settings_context(get_settings_context()),
     ):
-        yield server.api
+        yield api
 
 
 def _libc_prctl() -> Any:
@@ -282,12 +296,11 @@ def start(
 def teamflow(
     args: list[str], env: dict[str, str] | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess:
-    """A teamflow command run to its end, as a user runs it; `env` default: this process's."""
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        env=os.environ.copy() if env is None else env, cwd=ROOT, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=timeout,
-    )  # fmt: skip
+    """A teamflow command run to its end, as a user runs it; `env` default: this process's.
+    Data-only commands run in this process (`cli_runner`), the others as subprocesses."""
+    from cli_runner import teamflow as run
+
+    return run(args, env, cwd=ROOT, timeout=timeout)
 
 
 def wait_for_up(process: subprocess.Popen, log: Path, timeout: float = 240) -> str:

@@ -24,6 +24,7 @@ from uuid import UUID
 from zoneinfo import ZoneInfo
 
 import pytest
+from cli_runner import teamflow as run_teamflow
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -33,6 +34,8 @@ from test_prefect_services import SERVICES
 
 from flows.system_alert import DEPLOYMENT
 from models import db, inbox, membership
+
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
 
 
 @dataclass
@@ -80,10 +83,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
 
 
 def teamflow(live: Env, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], env=live.env, cwd=ROOT,
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+    return run_teamflow(args, live.env, cwd=ROOT, stdin_devnull=False)
 
 
 def ok_json(live: Env, *args: str):

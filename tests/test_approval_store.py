@@ -7,7 +7,6 @@ wait on them are tested in test_plan_approval.py and test_shutdown.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from cli_runner import teamflow as run_teamflow
 from factories import TEAM, research_team
 from freezegun import freeze_time
 
@@ -52,10 +52,7 @@ def responses(member: str = "analyst-1") -> list[dict]:
 
 
 def teamflow(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True, text=True, cwd=ROOT, env=dict(os.environ), timeout=120,
-    )  # fmt: skip
+    return run_teamflow(args, cwd=ROOT, stdin_devnull=False)
 
 
 # --- statuses ------------------------------------------------------------------------------

@@ -16,9 +16,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from fakes.openai_server import FakeOpenAI
 from prefect_server import ROOT, prefect_server, wait_until
 from teamflow_workers import register_deployments, teamflow_workers
+
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
 
 PAGE = ROOT / "docs" / "bring-your-own-agent.md"
 HEADING = "## A team from nothing, with a local model"

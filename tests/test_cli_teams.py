@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from cli_runner import teamflow as run_teamflow
 from factories import TEAM, research_team
 from test_backup import read_folder, team_files, write_folder
 
@@ -26,14 +27,7 @@ def env(db_url: str, home: Path) -> dict[str, str]:
 
 
 def teamflow(env: dict[str, str], *args: str, **more_env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env={**env, **more_env},
-        timeout=120,
-    )
+    return run_teamflow(args, {**env, **more_env})
 
 
 def ok(env: dict[str, str], *args: str) -> str:

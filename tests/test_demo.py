@@ -18,6 +18,8 @@ from models import inbox
 from models import team as teams
 from models.task import list_tasks
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> dict:

@@ -39,6 +39,13 @@ from models.approval import list_requests
 from models.db import session_scope
 from models.task import TaskRow, list_tasks
 
+
+@pytest.fixture(scope="module")
+def prefect_api(own_prefect_api: str) -> str:
+    """A server of this module's own: it reads the latest `team-task` runs at large."""
+    return own_prefect_api
+
+
 TEAM = demo.TEAM
 DENIAL = "Add a comparison with Q3 before anything else."
 

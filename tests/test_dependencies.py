@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import uuid
 from pathlib import Path
 
 import pytest
+from cli_runner import teamflow as run_teamflow
 from factories import TEAM, research_team
 
 from models import dependencies as deps
@@ -243,11 +243,9 @@ def test_two_runs_of_an_unassigned_task_assign_it_once(home: Path) -> None:
 
 def teamflow(*args: str) -> subprocess.CompletedProcess:
     # PREFECT_API_URL at a closed port: nothing here may need a server.
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"},
-    )  # fmt: skip
+    return run_teamflow(
+        args, {**os.environ, "PREFECT_API_URL": "http://127.0.0.1:9/api"}, stdin_devnull=False
+    )
 
 
 def test_cli_blocked_by_is_recorded_and_listed(home: Path) -> None:

@@ -23,6 +23,8 @@ from models.db import session_scope
 from models.dependencies import add_blockers
 from models.task import create_task, get_task
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 TEAM = "dep-team"
 DONE = [{"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True, "response": "done"}]
 # One step that does not stop, then nothing: the member's work fails.

@@ -11,12 +11,12 @@ from __future__ import annotations
 import io
 import json
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import teamflow as run_teamflow
 from factories import TEAM, research_team
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -171,10 +171,7 @@ def test_sync_refuses_cleanly(home: Path, document: bytes) -> None:
 
 
 def teamflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True, stdin=subprocess.DEVNULL, text=True, env=env, timeout=120,
-    )  # fmt: skip
+    return run_teamflow(args, env)
 
 
 def test_the_command_line_refuses_hostile_files_in_one_line(

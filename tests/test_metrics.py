@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas  # noqa: F401  (imported before freezegun freezes time: pandas' first import crashes under it)
 import pytest
 import sqlalchemy as sa
+from cli_runner import teamflow as run_teamflow
 from freezegun import freeze_time
 
 from models import alert, approval, db, inbox, membership, plan_timeout, presence, watchdog
@@ -410,9 +411,7 @@ def test_parse_duration_refuses(text: str) -> None:
 
 
 def teamflow(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, timeout=120
-    )
+    return run_teamflow(args, stdin_devnull=False)
 
 
 def test_cli_metrics_json_and_table(filled: str) -> None:

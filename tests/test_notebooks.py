@@ -30,6 +30,8 @@ from models.task import (
     set_member_status,
 )
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 ROOT = Path(__file__).parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 TEAM = "q4-team"

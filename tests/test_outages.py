@@ -45,6 +45,8 @@ from flows.up import Restarts
 from models import approval, db, membership
 from models.task import get_task
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 AGENT = """
 import json, os, pathlib, sys, time
 json.load(sys.stdin)
@@ -282,6 +284,7 @@ def test_a_plan_decided_while_the_server_was_away_reaches_its_waiting_run(
             server, tmp_path,
             PREFECT_CLIENT_MAX_RETRIES="0",
             PREFECT_WORKER_QUERY_SECONDS="0.5",
+            PREFECT_WORKER_HEARTBEAT_SECONDS=str(WORKER_HEARTBEAT_S),
             TEAMFLOW_SUSPEND_AFTER_SECONDS="3600",  # waits in process, as a run does at first
         )  # fmt: skip
         cli_env = up_on(server, tmp_path)  # the CLI keeps Prefect's retries (a busy 503)
@@ -342,7 +345,18 @@ def test_a_plan_decided_while_the_server_was_away_reaches_its_waiting_run(
             kill_pids(pids)
 
 
-OUTAGE_S = float(os.environ.get("TEAMFLOW_TEST_OUTAGE_SECONDS") or 90)
+WORKER_HEARTBEAT_S = 10
+"""The worker's heartbeat in the outage test (Prefect's default: 30 s). The server counts a
+worker offline after three missed heartbeats (30 s here, 90 s by default), and its pool then
+reads "not ready" until a worker beats again: the outage below outlasts that too."""
+
+OUTAGE_S = float(os.environ.get("TEAMFLOW_TEST_OUTAGE_SECONDS") or 45)
+"""How long the server stays away. Prefect 3.8.8's worker (`critical_service_loop`, backoff=4)
+exits after four rounds of three failed polls, its interval doubling each round: at a 0.5 s
+poll that is 12 failures over about 22 s (29 s at most with its +-30 % jitter). The outage
+outlasts it, and the pool's offline window (`WORKER_HEARTBEAT_S`), by half as much again.
+(It was 90 s, sized for the default 30 s heartbeat's 90 s window; the client's retries are
+off for `up` here, `PREFECT_CLIENT_MAX_RETRIES=0`, so they add nothing.)"""
 
 
 def worker_log(tmp_path: Path) -> str:

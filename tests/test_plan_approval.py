@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from cli_runner import teamflow as run_teamflow
 from factories import TEAM, research_team
 from prefect_server import Run, wait_until
 
@@ -65,10 +66,7 @@ def wait_paused(request_id: str, *, after: Any = None, timeout: float = 30) -> A
 
 def teamflow(*args: str, api: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
-    )  # fmt: skip
+    return run_teamflow(args, env, cwd=ROOT, stdin_devnull=False)
 
 
 def responses(member: str = "analyst-1") -> list[dict]:

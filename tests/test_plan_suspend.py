@@ -39,6 +39,8 @@ from prefect_server import (
 from models import approval, db, inbox, team_settings
 from models.team import list_teams
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, str]]]:

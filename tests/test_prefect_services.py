@@ -43,6 +43,8 @@ from flows.system_alert import DEPLOYMENT
 from flows.up_processes import HEARTBEAT_SECONDS
 from models import db, inbox
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
 
 # The services that matter loop every second or two instead of every minute.

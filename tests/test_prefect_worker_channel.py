@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 import websockets
 from prefect.client.schemas.worker_channel import (
     WORK_POOL_SNAPSHOT_CAPABILITY,
@@ -26,6 +27,8 @@ from prefect.client.schemas.worker_channel import (
 )
 from prefect.types._datetime import now
 from prefect_server import prefect_server, wait_until
+
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
 
 POOL = "teamflow"
 

@@ -22,6 +22,13 @@ from prefect_server import Run, wait_until
 
 from flows import run_watch
 
+
+@pytest.fixture(scope="module")
+def prefect_api(own_prefect_api: str) -> str:
+    """A server of this module's own: its tests count all the paused runs."""
+    return own_prefect_api
+
+
 pytestmark = pytest.mark.usefixtures("home")
 
 

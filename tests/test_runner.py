@@ -37,6 +37,8 @@ from flows import runner, up
 from flows.system_alert import DEPLOYMENT
 from models import db, inbox
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+from cli_runner import teamflow as run_teamflow
 from factories import TEAM, research_team
 from prefect_server import Run
 
@@ -56,10 +56,7 @@ def shutdown_requests(member: str = "analyst-1", *, count: int = 1, timeout: flo
 
 def teamflow(*args: str, api: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PREFECT_API_URL": api, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True, text=True, cwd=ROOT, env=env, timeout=120,
-    )  # fmt: skip
+    return run_teamflow(args, env, cwd=ROOT, stdin_devnull=False)
 
 
 def answer(kind: str, payload: dict, api: str, member: str = "analyst-1") -> None:

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import teamflow as run_teamflow
 from factories import TEAM
 from sqlmodel import select
 
@@ -294,12 +295,8 @@ def _teamflow(*args: str) -> subprocess.CompletedProcess:
     """The CLI as a user runs it, against this module's Prefect server and the test's database."""
     from prefect.settings import PREFECT_API_URL
 
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()},
-        timeout=120,
+    return run_teamflow(
+        args, {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value()}, stdin_devnull=False
     )
 
 

@@ -28,6 +28,8 @@ from models.agent import ExperienceLogRow
 from models.db import session_scope
 from models.task import TaskMetricsRow, create_task, get_task
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
 TEAM = "q4-team"
 LEAD = "coordinator"

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import teamflow as run_teamflow
 from sqlmodel import Session
 
 from flows.demo_data import write_all
@@ -655,13 +656,7 @@ def test_the_store_adds_replaces_gets_and_lists_tools(session: Session) -> None:
 
 
 def teamflow(*args: str, db_url: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "TEAMFLOW_DATABASE_URL": db_url},
-        timeout=120,
-    )
+    return run_teamflow(args, {**os.environ, "TEAMFLOW_DATABASE_URL": db_url}, stdin_devnull=False)
 
 
 def test_tool_add_and_tool_list(db_url: str, tmp_path: Path) -> None:

@@ -34,6 +34,8 @@ from teamflow_workers import register_deployments, teamflow_workers
 
 from models import approval, db, inbox
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 PLAN = "## Analysis plan\n\n1. Load the **Q4** sales data\n2. Compare regions"

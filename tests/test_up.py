@@ -42,6 +42,8 @@ from flows.system_alert import DEPLOYMENT
 from models import db, inbox, membership
 from models.task import get_task
 
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
+
 AUTH = "teamflow:s3cret"
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
 

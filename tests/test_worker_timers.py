@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
@@ -21,6 +22,8 @@ from flows.alerts import create_timer
 from flows.system_alert import DEPLOYMENT
 from models import inbox
 from models.alert import last_firing
+
+pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
 
 MEMBERS = ("coordinator", "analyst-1", "analyst-2")
 
