@@ -1,4 +1,4 @@
-"""`teamflow member`: team members: add, set, show, list, heartbeat, shutdown."""
+"""`teamflow member`: team members: add, set, show, list, heartbeat, shutdown, token."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from flows.cli.output import JsonFlag, emit, fail, seconds_check, start_run
+from flows.cli.output import JsonFlag, emit, fail, seconds_check
 
 member_app = typer.Typer(
-    help="Team members: add, set, show, list, heartbeat, shutdown.", no_args_is_help=True
+    help="Team members: add, set, show, list, heartbeat, shutdown, token.", no_args_is_help=True
 )
 
 RT = "Runtime (how the member's agent runs)"
@@ -412,21 +412,48 @@ def member_shutdown(
     as_json: JsonFlag = False,
 ) -> None:
     """Shuts a member down through the handshake: starts a shutdown-member run."""
-    from models import shutdown
+    from flows.decisions import start_shutdown
+    from flows.runner import RunnerError
+    from models.shutdown import ShutdownError
 
     try:
-        shutdown.check_shutdown(team_name, name)
-    except shutdown.ShutdownError as exc:
+        started = start_shutdown(team_name, name, reason=reason, timeout=timeout)
+    except ShutdownError as exc:
         fail(str(exc))
-    request_id = shutdown.new_shutdown_id()
-    run = start_run(
-        "shutdown-member/shutdown-member",
-        {"team": team_name, "member": name, "reason": reason, "timeout_s": timeout,
-         "request_id": request_id},
-        tags=[f"team:{team_name}", f"member:{name}"],
-        name=f"shutdown {name}@{team_name}",
-    )  # fmt: skip
+    except RunnerError as exc:
+        fail(f"cannot start the shutdown-member run: {exc}")
     if as_json:
-        emit({"requestId": request_id, "flowRunId": str(run.id), "url": run.url})
+        emit({"requestId": started.request_id, "flowRunId": str(started.run.id),
+              "url": started.run.url})  # fmt: skip
     else:
-        typer.echo(f"shutdown {request_id} of {name} requested: {run.url}")
+        typer.echo(f"shutdown {started.request_id} of {name} requested: {started.run.url}")
+
+
+@member_app.command("token")
+def member_token(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    name: str,
+    revoke: Annotated[
+        bool, typer.Option("--revoke", help="Revoke every token of the member instead.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Prints a new token for a member's MCP session (shown once; teamflow keeps its hash).
+
+    The member's MCP client passes it as TEAMFLOW_TOKEN (stdio) or `Authorization: Bearer`
+    (HTTP); the session then acts as that member only. `--revoke` ends all its tokens.
+    """
+    from models import identity
+
+    if revoke:
+        count = identity.revoke_tokens(team_name, name)
+        if as_json:
+            emit({"team": team_name, "member": name, "revoked": count})
+        else:
+            typer.echo(f"revoked {count} token(s) of {name}@{team_name}")
+        return
+    token = identity.issue_token(team_name, name)
+    if as_json:
+        emit({"team": team_name, "member": name, "token": token})
+    else:
+        typer.echo(token)
