@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -26,8 +27,9 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from prefect_server import wait_until
 
-from models import approval, identity, inbox, membership, task, team
+from models import approval, identity, inbox, membership, presence, task, team
 from models.db import engine
 
 TEAM = "mcp-team"
@@ -517,3 +519,69 @@ def test_bad_input_is_a_one_line_error(door: str, db_url: str, home, request) ->
         assert answer.kind == kind, answer.text
         assert "\n" not in answer.text and len(answer.text) < 1000
     assert _counts() == before
+
+
+# --- the example outside agent ------------------------------------------------------------------
+
+AGENT = Path(__file__).parent.parent / "examples" / "mcp_agent.py"
+
+
+@pytest.mark.parametrize("door", ["stdio", "http"])
+def test_the_example_agent_does_its_tasks_and_answers_a_shutdown(
+    door: str, db_url: str, home, tmp_path: Path, request
+) -> None:
+    from models import shutdown
+
+    url = request.getfixturevalue("http_server") if door == "http" else None
+    membership.create_team(TEAM, description="outside agents")
+    membership.add_member(TEAM, "alice", model="sonnet", prompt="You count words.")
+    given = task.create_task(
+        TEAM, title="Count these words", description="one two three", assignees=["alice"]
+    )
+    free = task.create_task(TEAM, title="Count more words")
+    token = identity.issue_token(TEAM, "alice")
+    work = tmp_path / "work"
+    args = [
+        sys.executable,
+        str(AGENT),
+        "--team",
+        TEAM,
+        "--name",
+        "alice",
+        "--work-dir",
+        str(work),
+        "--poll",
+        "0.2",
+        "--max-seconds",
+        "240",
+    ]
+    if url:
+        args += ["--url", url]
+    agent = subprocess.Popen(
+        args,
+        env={**os.environ, "TEAMFLOW_TOKEN": token},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: all(task.get_task(t.id).status == "completed" for t in (given, free)),
+            240,
+            "the agent to complete both tasks",
+            interval=0.2,
+        )
+        asked = shutdown.request_shutdown(TEAM, "alice", reason="the work is done")
+        assert agent.wait(timeout=120) == 0, agent.stdout.read()
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert shutdown.take_answers(asked.request_id).status == "approved"
+    assert (work / f"{given.id}.txt").read_text() == "Count these words: 6 words\n"
+    assert task.get_task(free.id).assignees[0].assignee_id == "alice"
+    done = [m.text for m in inbox.messages(TEAM, "team-lead", sender="alice") if m.type is None]
+    assert sorted(done) == sorted(
+        [f"Done: Count these words ({given.id}.txt)", f"Done: Count more words ({free.id}.txt)"]
+    )
+    state = presence.team_state(TEAM)
+    assert state["active_members"] == ["team-lead", "alice"]

@@ -270,6 +270,7 @@ def read_inbox(
     Typed messages carry JSON in `text`: task_assignment (a task given to you: its task_id),
     shutdown_request (answer with send_message type="shutdown_response"),
     plan_approval_response (the decision on your plan), system_alert, idle_notification.
+    Each typed message also carries its fields as `payload` (a task_assignment's task_id).
     By default only unread messages, and they are marked read.
     """
     from models import inbox
@@ -277,7 +278,16 @@ def read_inbox(
     with refusals(ctx) as who:
         authorize(who, Action.INBOX_READ, team_name, agent_name)
         rows = inbox.messages(team_name, agent_name, unread=unread_only, mark_read=mark_as_read)
-        return [r.entry_dict() for r in rows]
+        return [_entry(r) for r in rows]
+
+
+def _entry(row) -> dict[str, Any]:
+    """An inbox entry (`004`), with its typed payload (`payload`: a task_assignment's
+    task_id, a shutdown_request's requestId, ...) when it has one."""
+    data = row.entry_dict()
+    if row.payload is not None:
+        data["payload"] = row.payload
+    return data
 
 
 def read_config(team_name: str, ctx: Context) -> dict[str, Any]:
