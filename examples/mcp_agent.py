@@ -89,9 +89,12 @@ class Agent:
             if m.get("type") == "task_assignment"
         ]
         tasks = await self.call("task_list", team_name=self.team)
+        status = {task["id"]: task["status"] for task in tasks}
         for task in tasks:
             if task["id"] in self.done or task["status"] != "pending":
                 continue
+            if any(status.get(b) != "completed" for b in task["blockedBy"]):
+                continue  # it starts when its blockers are done
             if task["id"] in given or task["owner"] == self.name:
                 return task
         for task in tasks:

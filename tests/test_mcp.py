@@ -29,8 +29,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from prefect_server import wait_until
 
-from models import approval, identity, inbox, membership, presence, task, team
-from models.db import engine
+from models import approval, identity, inbox, membership, presence, shutdown, task, team
+from models.db import engine, session_scope
+from models.dependencies import add_blockers
 
 TEAM = "mcp-team"
 
@@ -530,8 +531,6 @@ AGENT = Path(__file__).parent.parent / "examples" / "mcp_agent.py"
 def test_the_example_agent_does_its_tasks_and_answers_a_shutdown(
     door: str, db_url: str, home, tmp_path: Path, request
 ) -> None:
-    from models import shutdown
-
     url = request.getfixturevalue("http_server") if door == "http" else None
     membership.create_team(TEAM, description="outside agents")
     membership.add_member(TEAM, "alice", model="sonnet", prompt="You count words.")
@@ -585,3 +584,71 @@ def test_the_example_agent_does_its_tasks_and_answers_a_shutdown(
     )
     state = presence.team_state(TEAM)
     assert state["active_members"] == ["team-lead", "alice"]
+
+
+# --- spawning in tmux ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tmux_socket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A tmux server of the test's own (a socket path), killed after."""
+    import shutil
+    import tempfile
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    folder = tempfile.mkdtemp(prefix="tf-tmux-", dir="/tmp")
+    socket_path = f"{folder}/s"
+    monkeypatch.setenv("TEAMFLOW_TMUX_SOCKET", socket_path)
+    try:
+        yield socket_path
+    finally:
+        subprocess.run(["tmux", "-S", socket_path, "kill-server"], capture_output=True)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_member_spawned_in_tmux_works_and_is_killed_in_its_pane(
+    db_url: str, home, tmp_path: Path, tmux_socket: str
+) -> None:
+    membership.create_team(TEAM, description="tmux members")
+    membership.add_member(TEAM, "alice", model="sonnet", prompt="You count words.")
+    membership.add_member(TEAM, "bob", model="sonnet", prompt="You are slow.")
+    work = tmp_path / "work"
+    program = (
+        f"{sys.executable} {AGENT} --team {{team}} --name {{name}} --work-dir {work} "
+        "--poll 0.2 --max-seconds 300"
+    )
+    spawned = cli("member", "spawn", TEAM, "alice", "--command", program, "--json")
+    assert spawned.returncode == 0, spawned.stderr
+    pane = json.loads(spawned.stdout)["tmux_pane_id"]
+    alice = next(m for m in team.list_members(TEAM) if m.name == "alice")
+    assert (alice.tmux_pane_id, alice.backend_type) == (pane, "tmux")
+    config = json.loads(Path(json.loads(spawned.stdout)["mcp_config"]).read_text())
+    assert config["mcpServers"]["teamflow"]["args"] == ["-m", "flows.cli", "mcp"]
+    done = task.create_task(TEAM, title="Count these words", assignees=["alice"])
+    wait_until(lambda: task.get_task(done.id).status == "completed", 240, "alice's task")
+    # A task alice cannot start yet (blocked by bob's), left open when she is killed.
+    gate = task.create_task(TEAM, title="Bob's part", assignees=["bob"])
+    left = task.create_task(TEAM, title="After bob's part", assignees=["alice"])
+    with session_scope() as s:
+        add_blockers(s, task.get_task(left.id, session=s), [gate.id])
+
+    async def lead_checks_and_kills() -> tuple[dict, dict, dict]:
+        async with stdio() as lead:
+            seen = await call(
+                lead, "check_teammate", team_name=TEAM, agent_name="alice", include_output=True
+            )
+            killed = await call(lead, "force_kill_teammate", team_name=TEAM, agent_name="alice")
+            after = await call(lead, "check_teammate", team_name=TEAM, agent_name="alice")
+            return seen, killed, after
+
+    seen, killed, after = anyio.run(lead_checks_and_kills)
+    assert seen["pane_alive"] is True and seen["tmux_pane_id"] == pane
+    assert any("alice: completed Count these words" in line for line in seen["output"])
+    assert seen["last_heartbeat"] is not None
+    assert killed["pane_closed"] == pane
+    assert killed["freed_tasks"] == [str(left.id)]
+    assert after["alive"] is False and after["pane_alive"] is False
+    freed = task.get_task(left.id)
+    assert (freed.status, freed.assignees, freed.reason) == ("pending", [], "freed: alice stopped")
+    assert shutdown.list_shutdowns(TEAM)[-1].status == "forced"

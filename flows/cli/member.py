@@ -1,4 +1,4 @@
-"""`teamflow member`: team members: add, set, show, list, heartbeat, shutdown, token."""
+"""`teamflow member`: team members: add, set, show, list, heartbeat, shutdown, token, spawn."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import typer
 from flows.cli.output import JsonFlag, emit, fail, seconds_check
 
 member_app = typer.Typer(
-    help="Team members: add, set, show, list, heartbeat, shutdown, token.", no_args_is_help=True
+    help="Team members: add, set, show, list, heartbeat, shutdown, token, spawn.",
+    no_args_is_help=True,
 )
 
 RT = "Runtime (how the member's agent runs)"
@@ -457,3 +458,42 @@ def member_token(
         emit({"team": team_name, "member": name, "token": token})
     else:
         typer.echo(token)
+
+
+@member_app.command("spawn")
+def member_spawn(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    name: str,
+    command: Annotated[
+        str | None,
+        typer.Option(
+            "--command",
+            help='The agent program, e.g. "claude --mcp-config {mcp_config} -p {prompt}" '
+            "(default: TEAMFLOW_AGENT_COMMAND); {prompt}, {mcp_config}, {team}, {name} are "
+            "filled in.",
+        ),
+    ] = None,
+    cwd: Annotated[Path | None, typer.Option("--cwd", help="The folder it works in.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Starts a member's own agent program in a new pane of the `teamflow` tmux session.
+
+    The program gets a new token of the member (TEAMFLOW_TOKEN), an MCP config file that
+    starts `teamflow mcp` as the member ({mcp_config}) and a first prompt telling it its
+    team, its name and how to work ({prompt}). The pane is recorded as its tmuxPaneId.
+    """
+    import os
+
+    from flows.spawn import COMMAND_ENV, SpawnError, describe, spawn_member
+
+    try:
+        spawned = spawn_member(
+            team_name, name, command=command or os.environ.get(COMMAND_ENV, ""),
+            cwd=str(cwd) if cwd else None,
+        )  # fmt: skip
+    except SpawnError as exc:
+        fail(str(exc))
+    if as_json:
+        emit(describe(spawned))
+    else:
+        typer.echo(f"spawned {spawned.agent_id} in tmux pane {spawned.pane_id}")

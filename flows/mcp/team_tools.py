@@ -66,6 +66,7 @@ def spawn_teammate(
     cwd: str = "",
     plan_mode_required: bool = False,
     backend_type: str = "",
+    command: str = "",
 ) -> dict[str, Any]:
     """Add a teammate to a team. Only the local user (the lead's session) may.
 
@@ -77,18 +78,29 @@ def spawn_teammate(
         subagent_type: general-purpose or specialized.
         cwd: the folder its agent works in (kept in its config).
         plan_mode_required: true: its plans need approval (plan_request) before it acts.
-        backend_type: in-process (default), tmux, docker or k8s.
+        backend_type: in-process (default), tmux, docker or k8s. tmux: its agent program
+            starts now in a pane of the `teamflow` tmux session, with its own token.
+        command: tmux: the agent program, e.g. "claude --mcp-config {mcp_config} -p {prompt}"
+            (default: TEAMFLOW_AGENT_COMMAND); {prompt} is a first prompt telling it its team,
+            its name and how to work.
 
-    The teammate's own agent joins with a token: run `teamflow member token TEAM NAME` and
-    give it to the agent's MCP config as TEAMFLOW_TOKEN. Returns {"agent_id", "name",
-    "team_name", "color"}.
+    Otherwise its agent joins with a token: `teamflow member token TEAM NAME`, given to the
+    agent's MCP config as TEAMFLOW_TOKEN. Returns {"agent_id", "name", "team_name",
+    "color"} and, for tmux, "tmux_pane_id".
     """
+    import os
+
+    from flows.spawn import COMMAND_ENV, SpawnError, spawn_member
     from models import membership
     from models import team as teams
     from models.db import session_scope
 
     with refusals(ctx) as who:
         authorize(who, Action.MEMBER_SPAWN, team_name, name)
+        tmux = backend_type == "tmux"
+        program = command or os.environ.get(COMMAND_ENV, "")
+        if tmux and not program.strip():
+            raise SpawnError(f"a tmux teammate needs its agent program: command or {COMMAND_ENV}")
         with session_scope() as s:
             member = membership.add_member(
                 team_name,
@@ -96,7 +108,7 @@ def spawn_teammate(
                 model=model,
                 prompt=prompt,
                 agent_type=subagent_type,
-                backend=backend_type or "in-process",
+                backend="in-process" if tmux else backend_type or "in-process",
                 plan_mode_required=plan_mode_required or None,
                 session=s,
             )
@@ -104,12 +116,16 @@ def spawn_teammate(
                 teams.set_member(
                     team_name, name, extra={**(member.extra or {}), "cwd": cwd}, session=s
                 )
-        return {
+        data = {
             "agent_id": member.agent_id,
             "name": member.name,
             "team_name": team_name,
             "color": member.color,
         }
+        if tmux:
+            spawned = spawn_member(team_name, name, command=program, cwd=cwd or None)
+            data["tmux_pane_id"] = spawned.pane_id
+        return data
 
 
 def send_message(
@@ -302,38 +318,41 @@ def read_config(team_name: str, ctx: Context) -> dict[str, Any]:
 
 
 def force_kill_teammate(team_name: str, agent_name: str, ctx: Context) -> dict[str, Any]:
-    """Stop a teammate now, without its consent: it becomes inactive (a forced shutdown,
-    on record) and its open tasks are freed for others. Use when it does not answer a
-    shutdown_request. Only the local user may."""
-    from models.task_edit import free_tasks
-
+    """Stop a teammate now, without its consent: its tmux pane (if it has one) is killed, it
+    becomes inactive (a forced shutdown, on record) and its open tasks are freed for others.
+    Use when it does not answer a shutdown_request. Only the local user may."""
     with refusals(ctx) as who:
         authorize(who, Action.MEMBER_KILL, team_name, agent_name)
-        row = _shutdown_of(team_name, agent_name, forced=True)
-        freed = free_tasks(team_name, agent_name)
-        return {
-            "success": True,
-            "message": f"{agent_name} has been stopped",
-            "shutdown_id": row.request_id,
-            "freed_tasks": [str(t) for t in freed],
-        }
+        return _stop(team_name, agent_name, forced=True)
 
 
 def process_shutdown_approved(team_name: str, agent_name: str, ctx: Context) -> dict[str, Any]:
     """Finish the shutdown of a teammate that approved it (its shutdown_approved is in your
-    inbox): it becomes inactive and its open tasks are freed. Only the local user may."""
-    from models.task_edit import free_tasks
-
+    inbox): its pane is closed, it becomes inactive and its open tasks are freed. Only the
+    local user may."""
     with refusals(ctx) as who:
         authorize(who, Action.MEMBER_KILL, team_name, agent_name)
-        row = _shutdown_of(team_name, agent_name, forced=False)
-        freed = free_tasks(team_name, agent_name)
-        return {
-            "success": True,
-            "message": f"{agent_name} removed from the team",
-            "shutdown_id": row.request_id,
-            "freed_tasks": [str(t) for t in freed],
-        }
+        return _stop(team_name, agent_name, forced=False)
+
+
+def _stop(team_name: str, agent_name: str, *, forced: bool) -> dict[str, Any]:
+    from flows.spawn import kill_pane
+    from models import team as teams
+    from models.db import session_scope
+    from models.task_edit import free_tasks
+
+    row = _shutdown_of(team_name, agent_name, forced=forced)
+    with session_scope() as s:
+        pane = teams.get_member(s, team_name, agent_name).tmux_pane_id
+    closed = kill_pane(pane)
+    freed = free_tasks(team_name, agent_name)
+    return {
+        "success": True,
+        "message": f"{agent_name} has been stopped" if forced else f"{agent_name} shut down",
+        "shutdown_id": row.request_id,
+        "pane_closed": pane if closed else None,
+        "freed_tasks": [str(t) for t in freed],
+    }
 
 
 def _shutdown_of(team_name: str, member: str, *, forced: bool):
@@ -373,8 +392,9 @@ def check_teammate(
     max_messages: int = 5,
 ) -> dict[str, Any]:
     """A teammate's state, without waiting: active or not, its last heartbeat and status,
-    its unread count, its open tasks, and (include_messages) its latest unread messages to
-    you, left unread. Members may check teammates of their own team."""
+    its unread count, its open tasks, its tmux pane (alive or not; include_output: its last
+    output_lines lines), and (include_messages) its latest unread messages to you, left
+    unread. Members may check teammates of their own team."""
     from models import inbox, presence
     from models import team as teams
     from models.agent import AgentStateRow
@@ -410,8 +430,12 @@ def check_teammate(
             if include_messages:
                 rows = inbox.messages(team_name, me, unread=True, sender=agent_name, session=s)
                 data["messages"] = [r.entry_dict() for r in rows[-max(1, min(max_messages, 50)) :]]
-            if include_output:
-                data["output"] = None  # panes come with tmux spawning
+            if member.tmux_pane_id:
+                from flows.spawn import pane_alive, pane_tail
+
+                data["pane_alive"] = pane_alive(member.tmux_pane_id)
+                if include_output:
+                    data["output"] = pane_tail(member.tmux_pane_id, max(1, min(output_lines, 120)))
         return data
 
 
