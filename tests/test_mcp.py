@@ -428,10 +428,10 @@ def test_over_http_a_bearer_token_is_its_member(http_server: str) -> None:
                 summary="hi",
             )
         token = identity.issue_token(TEAM, "alice")
-        before = _counts()
         async with http(http_server, token) as alice:
             mine = await call(alice, "read_inbox", team_name=TEAM, agent_name="alice")
             assert [m["text"] for m in mine if m.get("type") is None] == ["hello alice"]
+            before = _counts()
             theirs = await call(alice, "read_inbox", team_name=TEAM, agent_name="bob")
             assert isinstance(theirs, Refused) and theirs.kind == "Forbidden"
             posing = await call(
@@ -464,6 +464,10 @@ def test_over_http_a_bearer_token_is_its_member(http_server: str) -> None:
 
     anyio.run(scenario)
     assert [m.text for m in inbox.messages(TEAM, "team-lead", sender="alice")] == ["hi lead"]
+    # Its calls were its heartbeats: the lead heard once that it is there.
+    assert presence.team_state(TEAM)["active_members"] == ["team-lead", "alice", "bob"]
+    told = [m.text for m in inbox.messages(TEAM, "team-lead", sender="system")]
+    assert told == ["alice is idle"]
 
 
 # --- bad input: one line each -------------------------------------------------------------------

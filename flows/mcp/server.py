@@ -11,7 +11,7 @@ not fit a tool's schema (a missing argument, an unknown enum value) come back th
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -140,9 +140,17 @@ def caller(ctx: Context) -> Principal:
 @contextmanager
 def refusals(ctx: Context | None = None) -> Iterator[Principal | None]:
     """Runs a tool's body: yields its caller (when `ctx` is given) and turns a refusal
-    (`Forbidden`, a store's `ValueError`, a file error) into the envelope tool error."""
+    (`Forbidden`, a store's `ValueError`, a file error) into the envelope tool error.
+
+    A member's call that went through is also its heartbeat (`alive`); a refused one writes
+    nothing, not even that."""
     try:
-        yield caller(ctx) if ctx is not None else None
+        who = caller(ctx) if ctx is not None else None
+        yield who
+        if who is not None and not who.is_local:
+            # The call went through; a heartbeat it could not record changes nothing.
+            with suppress(ValueError):
+                alive(who)
     except EnvelopeError:
         raise
     except (Forbidden, ValueError, LookupError, OSError) as exc:
@@ -156,6 +164,21 @@ def refusals(ctx: Context | None = None) -> Iterator[Principal | None]:
                 )
             ) from None
         raise
+
+
+def alive(who: Principal) -> None:
+    """A member's MCP call is a sign of life: its `agent_state` heartbeat, keeping the status
+    it reported (a member the watchdog marked offline is back, idle), so the watchdog's
+    offline alarm works for outside members as for any other."""
+    from models import presence
+    from models.agent import AgentStateRow
+    from models.db import session_scope
+    from models.team import agent_id
+
+    with session_scope() as s:
+        state = s.get(AgentStateRow, agent_id(who.name, who.team))
+        status = state.status if state is not None and state.status != "offline" else "idle"
+        presence.heartbeat(who.team, who.name, status=status, session=s)
 
 
 def _missing_table(exc: Exception) -> bool:
