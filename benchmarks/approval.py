@@ -1,6 +1,6 @@
 """How fast a decision reaches a waiting run, and what waiting runs cost the Prefect server.
 
-Compares teamflow's wait (`flows.plan_approval.wait_for_input`: Prefect's event stream, a slow
+Compares teamflow's wait (`flows.waits.wait_for_input`: Prefect's event stream, a slow
 poll as fallback) with Prefect's default `pause_flow_run` (a poll every 10 s):
 
 - latency from the decision call (`resume_flow_run`, what the CLI and the UI's form call)
@@ -21,7 +21,7 @@ temporary teamflow database. Two more measurements, each on a real server starte
 `teamflow up` starts it (`python -m flows.server start`):
 
 - `--deadlines 250`: 250 suspended plan runs due at the same moment; how late teamflow's
-  clock (`flows.deadlines`) decides them and resumes their runs, next to how late Prefect's
+  clock (`flows.timers`) decides them and resumes their runs, next to how late Prefect's
   own pause expiry fails the same runs (`--postgres`: both databases on PostgreSQL);
 - `--outage 75`: a plan waiting in process while the server is down for 75 s.
 
@@ -179,7 +179,8 @@ def main() -> None:
     from prefect.flow_runs import apause_flow_run, resume_flow_run
     from prefect_server import harness
 
-    from flows.plan_approval import PlanDecision, plan_approval, wait_for_input
+    from flows.plan_approval import PlanDecision, plan_approval
+    from flows.waits import wait_for_input
     from models import approval
 
     @flow(name="bench-teamflow-wait", persist_result=False)
@@ -550,7 +551,7 @@ def survive_outage(seconds: float) -> None:
 def enforce_deadlines(n: int, lead_s: float, postgres_url: str | None = None) -> None:
     """`n` suspended plan-approval runs, all due at the same moment, nobody deciding.
 
-    teamflow: the clock of `teamflow worker` (`flows.deadlines.keep_time`) applies each
+    teamflow: the clock of `teamflow worker` (`flows.timers.keep_time`) applies each
     request's policy (deny) and resumes its run; printed: how late after the deadline the
     decision was recorded (with its response in the member's inbox) and the run resumed.
     Prefect: the same number of runs suspended with the same deadline as their pause
@@ -569,8 +570,8 @@ def enforce_deadlines(n: int, lead_s: float, postgres_url: str | None = None) ->
         from prefect.client.orchestration import get_client
         from prefect.states import Running, Suspended
 
-        from flows.deadlines import keep_time
-        from flows.plan_approval import PREFECT_PAUSE_MARGIN_S
+        from flows.timers import keep_time
+        from flows.waits import PREFECT_PAUSE_MARGIN_S
         from models import approval
         from models.base import utcnow
 

@@ -8,48 +8,31 @@ recorded once, the member gets its `plan_approval_response` once, and the flow r
 Nobody deciding in time lets the team's timeout policy decide (deny, approve, or escalate
 to the lead and deny at a hard limit); teamflow keeps that time itself.
 
-A resume does not wait for a poll as with `pause_flow_run` (every 10 s): the run hears its
-`prefect.flow-run.Running` event on Prefect's event stream, so a resume reaches it in well
-under a second. Every run waiting in a process shares one subscription and one batched read
-of their runs every `TEAMFLOW_PAUSE_POLL_SECONDS` (default 10; `flows.run_watch`), so 500
-waiting runs cost the server a read or three every 10 s, not 50 requests a second. The read
-is there because the stream now and then loses an event; a resume from the form is then
-taken at the next read instead of at once. Each run also looks at teamflow's database every
-couple of seconds, which costs the Prefect server nothing and catches a decision whose
-resume did not get through. A waiting run outlives a restart of the Prefect server: while
-the stream is down the watch reads every couple of seconds and subscribes again, and the
-run takes a decision recorded meanwhile.
+The wait is `flows.waits.wait_for_decision`: a resume does not wait for a poll as with
+`pause_flow_run` (every 10 s), the run hears it on Prefect's event stream in well under a
+second (500 waiting runs cost the server a read or three every 10 s: `flows.run_watch`), and
+it also looks at teamflow's database every couple of seconds, so a decision whose resume did
+not get through is taken as well. A waiting run outlives a restart of the Prefect server.
 
 Long waits: a run started from a deployment waits in process for
-`TEAMFLOW_SUSPEND_AFTER_SECONDS` (default 60), then suspends: its worker is free, and its
-state lives in Prefect's database only. A resume (the form, or `teamflow plan approve`)
-reschedules it; a worker runs the flow again from the start, each task whose result was
-persisted returns it without running again, and each wait that fired before returns the
-input it got (the waits have keys, the same in every run of the flow). At the deadline,
-teamflow's clock in every `teamflow worker` (`flows.deadlines`) applies the policy and
-resumes the run.
+`TEAMFLOW_SUSPEND_AFTER_SECONDS` (default 60), then suspends: its worker is free. A resume
+(the form, or `teamflow plan approve`) reschedules it and a worker runs the flow again from
+the start; recorded steps are not done again. At the deadline, teamflow's clock in every
+`teamflow worker` (`flows.timers`) applies the policy and resumes the run.
 """
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
-from typing import Any, Literal, NoReturn, TypeVar
+from typing import Any, Literal
 
 import anyio
-import orjson
 from prefect import flow, get_run_logger, task
 from prefect.client.orchestration import get_client
 from prefect.context import FlowRunContext
-from prefect.exceptions import Abort, Pause, PrefectHTTPStatusError
-from prefect.input import RunInput, keyset_from_paused_state
-from prefect.states import Cancelled, Paused, Running, Suspended
-from prefect.utilities.engine import propose_state
-from pydantic import Field, ValidationError, field_validator
+from prefect.input import RunInput
+from pydantic import Field, field_validator
 
-from flows import run_watch
-from flows.run_watch import ENDING, seconds_env, unreachable
+from flows.waits import wait_for_decision
 from models import approval, plan_timeout
 from models import team as teams
 from models.approval import AlreadyDecided, NotAllowed, PlanApproval
@@ -58,16 +41,6 @@ from models.team_settings import ApprovalSettings
 
 FLOW_NAME = "plan-approval"
 DEPLOYMENT = f"{FLOW_NAME}/{FLOW_NAME}"
-DEFAULT_CHECK_S = 2.0
-"""How often a waiting run looks for its decision in teamflow's database."""
-DEFAULT_SUSPEND_AFTER_S = 60.0
-"""A deployed run waits this long in process (sub-second resume), then suspends."""
-PREFECT_PAUSE_MARGIN_S = 600
-"""Prefect's own pause timeout lies this far past teamflow's, so teamflow always acts first."""
-
-T = TypeVar("T", bound=RunInput)
-
-
 APPROVE, DENY = "approve", "deny"
 Choice = Literal["approve", "deny"]
 """Approve or deny: inline in the form's schema (an `enum`), a required select in the UI."""
@@ -121,199 +94,6 @@ def decision_input(approve: bool, feedback: str | None, approver: str) -> dict[s
         "feedback": feedback or "",
         "approver": approver,
     }
-
-
-# --- waiting for input, pushed ---------------------------------------------------------------
-
-
-async def wait_for_input(
-    form: type[T],
-    *,
-    until: datetime | None = None,
-    check: Callable[[], Awaitable[bool]] | None = None,
-    check_s: float | None = None,
-    key: str | None = None,
-) -> T | None:
-    """Pauses the current flow run until it is resumed with `form`'s input; returns it.
-
-    Unlike `prefect.flow_runs.pause_flow_run`, the run hears its resume on Prefect's event
-    stream at once (`flows.run_watch`: one subscription and one batched read of every run
-    waiting in this process, the read as a fallback for a lost event). The input schema is
-    saved before the run pauses, so a resume can never find it missing.
-
-    Returns None, after setting the run Running itself, when `until` passes or `check()`
-    says the wait is over (e.g. the decision is in the database already), and None when
-    the run was resumed without input: the caller then looks at why.
-
-    `key` names this wait within the run. A run that was suspended and resumed runs its
-    flow again from the start; a wait whose key fired before then ends at once, with the
-    input it got then (or None).
-    """
-    context = FlowRunContext.get()
-    if context is None or context.flow_run is None:
-        raise RuntimeError("wait_for_input runs inside a flow run")
-    logger = get_run_logger()
-    run_id = context.flow_run.id
-    check_s = check_s or seconds_env("TEAMFLOW_PAUSE_CHECK_SECONDS", DEFAULT_CHECK_S)
-    remaining = (until - utcnow()).total_seconds() if until else 7 * 24 * 3600
-    paused = Paused(
-        timeout_seconds=int(max(remaining, 0)) + PREFECT_PAUSE_MARGIN_S,
-        reschedule=False,
-        pause_key=key or f"teamflow-{uuid.uuid4().hex[:12]}",
-    )
-    keyset = keyset_from_paused_state(paused)
-    paused.state_details.run_input_keyset = keyset
-
-    async with get_client() as client, run_watch.waiting(run_id) as waiter:
-        await _save_form(client, form, keyset, run_id)
-        try:
-            state = await propose_state(client, paused, flow_run_id=run_id)
-        except Pause as refused:
-            # A loaded server answered 503 to the pause it had made, and the client's
-            # retry of it was refused as a repeat: the run is paused, by this wait.
-            state = refused.state
-            if state is None or state.state_details.pause_key != paused.state_details.pause_key:
-                raise
-        if state.is_running():  # this wait fired before the run was suspended
-            return await _read_input(client, form, keyset, run_id, patience=0)
-        if not state.is_paused():
-            raise RuntimeError(f"flow run cannot be paused: the server answered {state}")
-        waiter.arm(state.timestamp)
-        logger.info("Waiting for a decision (resume the run with its form, or use the CLI)")
-        while True:
-            if check is not None and await check():
-                await _retrying(lambda: _resume_self(client, run_id), logger)
-                return None
-            if until is not None and utcnow() >= until:
-                await _retrying(lambda: _resume_self(client, run_id), logger)
-                return None
-            step = check_s
-            if until is not None:
-                step = min(step, max((until - utcnow()).total_seconds(), 0.0))
-            kind = await waiter.next(step)
-            if kind == "RUNNING":
-                return await _retrying(lambda: _read_input(client, form, keyset, run_id), logger)
-            if kind in ENDING:
-                await _abort(client, run_id, kind)
-
-
-async def suspend_for_input(form: type[T], *, key: str, until: datetime | None = None) -> T | None:
-    """Suspends the current (deployed) flow run until it is resumed; releases its worker.
-
-    The run's process leaves at once (`Pause`); a resume reschedules the run, a worker runs
-    the flow again from the start, and completed tasks whose results were persisted are not
-    run again. Back at this call, with the same `key`, the suspension has fired before: it
-    returns the input the run was resumed with, or None when it was resumed without any
-    (teamflow's clock, `flows.deadlines`, resumes a run so after its timeout policy acted).
-    """
-    context = FlowRunContext.get()
-    if context is None or context.flow_run is None:
-        raise RuntimeError("suspend_for_input runs inside a flow run")
-    run_id = context.flow_run.id
-    remaining = (until - utcnow()).total_seconds() if until else 7 * 24 * 3600
-    suspended = Suspended(
-        timeout_seconds=int(max(remaining, 0)) + PREFECT_PAUSE_MARGIN_S, pause_key=key
-    )
-    keyset = keyset_from_paused_state(suspended)
-    suspended.state_details.run_input_keyset = keyset
-    async with get_client() as client:
-        await _save_form(client, form, keyset, run_id)
-        state = await propose_state(client, suspended, flow_run_id=run_id)
-        if state.is_running():  # resumed: this is the run again, from the start
-            return await _read_input(client, form, keyset, run_id, patience=1.0)
-        if not state.is_paused():
-            raise RuntimeError(f"flow run cannot be suspended: the server answered {state}")
-    get_run_logger().info(
-        "Suspended until a decision (resume the run with its form, or use the CLI); "
-        "the worker is free meanwhile"
-    )
-    raise Pause(state=state)
-
-
-def can_suspend() -> bool:
-    """Whether the current run can suspend: it comes from a deployment, and is no subflow."""
-    context = FlowRunContext.get()
-    run = context.flow_run if context is not None else None
-    return run is not None and run.deployment_id is not None and run.parent_task_run_id is None
-
-
-async def _save_form(client: Any, form: type[RunInput], keyset: Any, run_id: Any) -> None:
-    """Saves the form's schema for the UI and for resumes; kept if it was saved before."""
-    try:
-        await form.asave(keyset, flow_run_id=run_id)
-    except PrefectHTTPStatusError as exc:
-        if exc.response.status_code != 409:
-            raise
-
-
-async def _retrying(call: Callable[[], Awaitable[Any]], logger: Any, every: float = 2.0) -> Any:
-    """`call()`, tried again every `every` seconds while the Prefect API is away.
-
-    A paused run outlives a restart of the server: it keeps waiting instead of crashing.
-    """
-    warned = False
-    while True:
-        try:
-            return await call()
-        except Exception as exc:
-            if not unreachable(exc):
-                raise
-            if not warned:
-                logger.warning("Prefect API unreachable (%s); trying again", exc)
-                warned = True
-            await anyio.sleep(every)
-
-
-async def _read_input(
-    client: Any, form: type[T], keyset: dict[str, str], run_id: Any, patience: float = 5.0
-) -> T | None:
-    """The input the run was resumed with; None if it was resumed without any.
-
-    The server announces the Running state before the input it stored with it is readable,
-    so a missing input is read again for a moment before giving up.
-    """
-    from prefect.exceptions import ObjectNotFound
-
-    deadline = anyio.current_time() + patience
-    delay = 0.01
-    while True:
-        try:
-            value = await client.read_flow_run_input(flow_run_id=run_id, key=keyset["response"])
-        except ObjectNotFound:
-            value = None
-        except PrefectHTTPStatusError as exc:
-            if exc.response.status_code != 404:
-                raise
-            value = None
-        if value:
-            try:
-                return form.model_validate(orjson.loads(value))
-            except ValidationError:
-                return None  # the server checked it against the schema; be safe anyway
-        if anyio.current_time() >= deadline:
-            return None
-        await anyio.sleep(delay)
-        delay = min(delay * 2, 0.25)
-
-
-async def _abort(client: Any, run_id: Any, kind: str) -> NoReturn:
-    """Ends the wait of a run someone cancelled or ended from outside.
-
-    A cancelled run in this process has no worker process to kill, so it finishes its own
-    cancellation; `Abort`, carrying the final state, tells the engine to leave it at that.
-    """
-    if kind == "CANCELLING":
-        state = await propose_state(client, Cancelled(message="cancelled while waiting"), run_id)
-    else:
-        state = (await client.read_flow_run(run_id)).state
-    aborted = Abort(f"the run became {kind.lower()} while waiting")
-    aborted.state = state
-    raise aborted
-
-
-async def _resume_self(client: Any, run_id: Any) -> None:
-    """Takes the run out of its pause when teamflow, not a person, ends the wait."""
-    await propose_state(client, Running(), flow_run_id=run_id)
 
 
 # --- tasks ---------------------------------------------------------------------------------
@@ -528,8 +308,6 @@ async def plan_approval(
         previous_request_id, timeout_s, policy, run_id,
     )  # fmt: skip
     config = await anyio.to_thread.run_sync(lambda: teams.settings_of(team))
-    suspendable = can_suspend()
-    suspend_after = seconds_env("TEAMFLOW_SUSPEND_AFTER_SECONDS", DEFAULT_SUSPEND_AFTER_S)
 
     async def decided_elsewhere() -> bool:
         return not (await _load(request_id)).is_open
@@ -546,17 +324,10 @@ async def plan_approval(
                 logger.info("No decision in time: timeout policy %s", action)
             continue
         wait += 1
-        form, key = decision_form(request, config), f"{request_id}-{wait}"
-        if suspendable and wait > 1:
-            # Still undecided after a while in process: let the worker go until a decision
-            # (or teamflow's clock, at the deadline) resumes the run.
-            decision = await suspend_for_input(form, key=key, until=due)
-        else:
-            until = due
-            if suspendable:
-                soon = utcnow() + timedelta(seconds=suspend_after)
-                until = soon if due is None else min(due, soon)
-            decision = await wait_for_input(form, key=key, until=until, check=decided_elsewhere)
+        decision = await wait_for_decision(
+            "plan", request_id, decision_form(request, config),
+            attempt=wait, until=due, decided=decided_elsewhere,
+        )  # fmt: skip
         if decision is None:
             continue
         refusal = decision.refusal()

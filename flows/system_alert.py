@@ -10,7 +10,7 @@ times, this run's id, the delivered message ids) in the transaction that deliver
 Late runs follow `models.schedule`: a late TIMER fires once and says how late; a
 SCHEDULED_EVENT run more than `MISSED_GRACE` late is recorded as missed and delivers nothing.
 
-A TIMER does not wait for Prefect: teamflow's clock in every worker (`flows.deadlines`)
+A TIMER does not wait for Prefect: teamflow's clock in every worker (`flows.timers`)
 delivers it at its due time (`fire_due_timers`), even while Prefect's server is slow to
 start the run (on SQLite it can stall for a minute under load). The timer's run still runs
 and completes, and says the clock delivered it; it delivers it itself only if no clock

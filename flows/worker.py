@@ -14,7 +14,7 @@ this worker, still of type `process` and pulling from the same `teamflow` pool:
   (`FlowThreads`): a run that makes its own clients (one async, two sync) pays for three
   SSL contexts, a CSRF token and new connections, about 0.1 s of CPU on a small machine.
 
-Every worker also keeps teamflow's clock for plan decisions (`flows.deadlines`): timeout
+Every worker also keeps teamflow's clock for plan decisions (`flows.timers`): timeout
 policies act at their deadlines even for runs that are suspended or died.
 
 A run in this process dies with it. Its heartbeats (`PREFECT_FLOWS_HEARTBEAT_FREQUENCY`)
@@ -48,7 +48,7 @@ from prefect.flows import Flow
 from prefect.logging.loggers import flow_run_logger
 from prefect.workers.process import ProcessJobConfiguration, ProcessWorker, ProcessWorkerResult
 
-from flows.deadlines import api_back, keep_time
+from flows.timers import api_back, keep_time
 
 POOL = "teamflow"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

@@ -1,7 +1,7 @@
 """Plan approvals on teamflow's clock: the timeout policy, when it acts, which waits are over.
 
 `apply_timeout` decides (or escalates) one due request; `expire_due` every due request, in
-batches, for `flows.deadlines`; `next_due` says when to look again; `decided_runs` /
+batches, for `flows.timers`; `next_due` says when to look again; `decided_runs` /
 `decided_with_runs` tell a waiting run that its request was decided meanwhile. The requests
 and their decisions are `models.approval`.
 """
@@ -137,7 +137,7 @@ def expire_due(
     batch: int = 100,
     committed: Callable[[list[str]], None] | None = None,
 ) -> list[str]:
-    """Applies the timeout policy to every due request (teamflow's clock, `flows.deadlines`).
+    """Applies the timeout policy to every due request (teamflow's clock, `flows.timers`).
 
     Requests are decided `batch` to a transaction, so each inbox file is written once per
     batch rather than once per response: hundreds of requests due at once end within a

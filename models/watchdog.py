@@ -13,7 +13,7 @@ Prefect's run states, calls `scan`, and delivers what it returns). Conditions:
   waiting: a team task's run (the task is closed as failed, `failure` says why; `teamflow
   task run ID` starts it again, see `reopen_task`), a shutdown's run (the shutdown is forced)
   or a plan request's run (the request stays pending until its deadline, where teamflow's
-  clock, `flows/deadlines.py`, applies the team's timeout policy). A dead run stays dead:
+  clock, `flows/timers.py`, applies the team's timeout policy). A dead run stays dead:
   this condition never clears.
 
 Each condition is one row of `watchdog_alarms` (its key is the primary key), so it raises one

@@ -386,10 +386,10 @@ def test_the_clock_resumes_every_decided_suspended_run_page_by_page(
     from prefect.client.orchestration import get_client
     from prefect.states import Running, Suspended
 
-    from flows import deadlines
+    from flows import timers, waits
     from flows.plan_approval import plan_approval
 
-    monkeypatch.setattr(deadlines, "PAGE", 2)  # five runs take three pages
+    monkeypatch.setattr(waits, "PAGE", 2)  # five runs take three pages
     research_team()
 
     async def suspended_runs(count: int) -> list[str]:
@@ -414,7 +414,7 @@ def test_the_clock_resumes_every_decided_suspended_run_page_by_page(
         if n != 2:  # one stays undecided: its run stays suspended
             approval.decide(request.request_id, approve=True, decider="coordinator")
 
-    assert asyncio.run(deadlines.resume_decided_suspended_runs()) == 4
+    assert asyncio.run(timers.resume_decided_suspended_runs()) == 4
     states = {run_id: flow_run(run_id).state.name for run_id in runs}
     assert states == {
         run_id: ("Suspended" if n == 2 else "Resuming") for n, run_id in enumerate(runs)

@@ -39,7 +39,8 @@ def watch_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def waiting_run(key: str) -> Run:
     from prefect import flow
 
-    from flows.plan_approval import PlanDecision, wait_for_input
+    from flows.plan_approval import PlanDecision
+    from flows.waits import wait_for_input
 
     @flow(name="watched-wait", persist_result=False)
     async def wait() -> Any:

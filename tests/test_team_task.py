@@ -411,12 +411,12 @@ def test_an_async_run_that_dies_before_its_result_tells_the_member_why(team: str
     """The `tool-action` run of an ASYNC action can die before it delivers (a server that
     refuses to create it, a parameter it cannot take): the member then gets a FAILURE
     `tool_result` naming the cause, not a wait for a result that never comes."""
-    from flows.team_task import _async_action
+    from flows.tool_action import async_action
 
     _member("analyst-1", [_step([], stop=True, response="done")])
     with pytest.raises(Exception):  # noqa: B017 - whatever Prefect raises for the bad param
         asyncio.run(
-            _async_action(team, "analyst-1", "echo_json", {"n": 1}, "t-1", team_task_id=object())
+            async_action(team, "analyst-1", "echo_json", {"n": 1}, "t-1", team_task_id=object())
         )
     [result] = [m for m in inbox.messages(team, "analyst-1") if m.type == "tool_result"]
     assert result.meta == {"task_id": "t-1"}

@@ -1,0 +1,581 @@
+"""The step machinery of a team task: one member's agent, run step by step.
+
+`work_on` runs one assignee's part of a `team-task` run (`flows/team_task.py`): it opens
+the member's conversation, then at every step reads the member's inbox, asks the member's
+runtime for one `002` Chimera response (the `agent-step` task) and executes its actions
+(`_execute`), recording each step in the `messages` conversation table, until the agent stops,
+fails or runs out of steps. `tool`/`script` actions run inline as `run-tool` tasks (`SYNC`) or
+as separate `tool-action` runs (`ASYNC`, `flows/tool_action.py`); `internal` ones send
+messages, ask for plan approval (`flows/plan_approval.py`), create tasks, read knowledge,
+`remember` and `recall` (`flows/memory_actions.py`) or finish. A v2 `context` block limits what
+a step may use (`flows/scope.py`). A working member sends heartbeats (`Liveness`), so the
+watchdog never takes a long step for a dead member.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import anyio
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+from prefect.utilities.annotations import quote
+
+from flows.memory_actions import RECALL, REMEMBER, memory_action
+from flows.runtimes import (
+    ResultPending,
+    StepError,
+    StepRequest,
+    StepResult,
+    step_message,
+    tool_result_message,
+)
+from flows.runtimes.kinds import runtime_for
+from flows.scope import READ_KNOWLEDGE, StepScope, read_knowledge, step_scope
+from flows.tool_action import async_action, run_tool
+from models import inbox, presence
+from models import team as teams
+from models.agent import (
+    ChimeraResponse,
+    ConversationMessage,
+    append_message,
+    load_conversation,
+)
+from models.base import utcnow
+from models.db import session_scope
+from models.task import ExecutionStatus, append_output, member_files, set_member_status
+from models.tool import ToolResult
+
+RESULT_WAIT_S = 0.2  # how often a step waiting for an ASYNC result looks at the inbox
+HEARTBEAT_S = 10.0  # how often a working member's agent_state.last_heartbeat is renewed
+
+
+@dataclass
+class Work:
+    """What one member's execution of the task did."""
+
+    member: str
+    ok: bool = True
+    error: str | None = None
+    steps: int = 0
+    tokens: int = 0
+    tool_calls: int = 0
+    tool_failures: int = 0
+    approval_wait_s: float = 0.0
+    response: str | None = None
+    plan_approved: bool = False
+    denied_request: str | None = None
+    feedback_id: str | None = None
+    failed_step: int | None = None
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (userid, text) to record
+    pending: set[asyncio.Task] = field(default_factory=set)
+    started_at: Any = None
+    ended_at: Any = None
+
+
+async def alive(team: str, member: str, status: str) -> None:
+    """A heartbeat of the member: its `agent_state` is `status` now (thinking, executing_tools,
+    idle); the lead hears of changes (`models.presence.heartbeat`)."""
+    try:
+        await anyio.to_thread.run_sync(partial(presence.heartbeat, team, member, status=status))
+    except Exception as exc:  # the member's state is a report: never a reason to fail
+        get_run_logger().warning("heartbeat of %s: %s", member, exc)
+
+
+@dataclass
+class Liveness:
+    """A working member's heartbeats: at each change of status, and every `HEARTBEAT_S`
+    while a step runs, so the watchdog never takes a long step for a dead member."""
+
+    team: str
+    member: str
+    status: str = ""
+
+    async def now(self, status: str) -> None:
+        if status != self.status:
+            self.status = status
+            await alive(self.team, self.member, status)
+
+    async def keep(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            if self.status:
+                await alive(self.team, self.member, self.status)
+
+
+async def member_status(team: str, member: str, status: str, **kwargs: Any) -> None:
+    """Updates the member's `004` task status (and its task-status.json)."""
+    await anyio.to_thread.run_sync(
+        lambda: set_member_status(team, member, status=ExecutionStatus(status), **kwargs)
+    )
+
+
+@dataclass(frozen=True)
+class StepFailure:
+    """Why a runtime could not give the member's next step (one line)."""
+
+    reason: str
+
+
+@task(name="agent-step", task_run_name="step {number} of {member}", cache_policy=NO_CACHE)
+async def agent_step(
+    runtime: dict[str, Any], request: StepRequest, member: str, number: int
+) -> StepResult | StepFailure | None:
+    """The member's next step; None while a result it needs (an ASYNC action's) is due;
+    a `StepFailure` (one line, no traceback in the run's logs) when the runtime cannot step."""
+
+    def step() -> StepResult | StepFailure | None:
+        try:
+            return runtime_for(runtime).step(request)
+        except ResultPending:
+            return None
+        except (StepError, ValueError) as exc:
+            return StepFailure(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+    return await anyio.to_thread.run_sync(step)
+
+
+def _conversation_id(task_id: str) -> str:
+    return f"task-{task_id}"
+
+
+@dataclass
+class Assignee:
+    """What a member's work on a task needs to know of it, read once at the start."""
+
+    agent_id: str
+    runtime: dict[str, Any]
+    model: str
+    prompt: str
+    plan_mode: bool
+    lead: str
+    tools: list[Any]
+
+
+def _begin(info: dict[str, Any], name: str) -> Assignee:
+    """In one transaction: the member's settings and tools, its status `running`, and the
+    conversation's opening (the member's prompt, the lead's task) unless it has begun."""
+    from models.tool import list_tools
+
+    team = info["team"]
+    with session_scope() as s:
+        row = teams.get_member(s, team, name, active=True)
+        runtime = dict(row.runtime or {})
+        allowed = runtime.get("tools")
+        member = Assignee(
+            agent_id=row.agent_id,
+            runtime=runtime,
+            model=row.model,
+            prompt=row.prompt,
+            plan_mode=bool(row.plan_mode_required),
+            lead=teams.get_team(s, team).lead,
+            tools=[t for t in list_tools(session=s) if allowed is None or t.tool_id in allowed],
+        )
+        set_member_status(team, name, status=ExecutionStatus.RUNNING, session=s)
+        conversation_id = _conversation_id(info["id"])
+        if not load_conversation(
+            session=s, agent_id=member.agent_id, conversation_id=conversation_id
+        ):
+            now = utcnow()
+            opening = [
+                {
+                    "index": 0,
+                    "turn": 0,
+                    "timestamp": now,
+                    "role": "system",
+                    "content": member.prompt,
+                },
+                {
+                    "index": 1,
+                    "turn": 0,
+                    "timestamp": now,
+                    "role": "user",
+                    "content": {
+                        "userid": member.lead,
+                        "text": info["description"] or info["title"],
+                    },
+                },
+            ]
+            for data in opening:
+                append_message(
+                    session=s,
+                    agent_id=member.agent_id,
+                    conversation_id=conversation_id,
+                    message=ConversationMessage.model_validate(data),
+                )
+    return member
+
+
+def _append_all(session: Any, agent_id: str, conversation: str, makers: list[Any]) -> None:
+    """Appends `make(index, turn)` for each maker, each made for the conversation's next place."""
+    if not makers:
+        return
+    current = load_conversation(session=session, agent_id=agent_id, conversation_id=conversation)
+    index, turn = _next(current)
+    for make in makers:
+        message = make(index, turn)
+        append_message(
+            session=session, agent_id=agent_id, conversation_id=conversation, message=message
+        )
+        index, turn = index + 1, message.turn
+
+
+def _before_step(
+    team: str, name: str, agent_id: str, conversation: str
+) -> tuple[list[dict[str, Any]], list[ConversationMessage]]:
+    """The member's unread inbox entries, marked read, and the conversation the step sees:
+    ASYNC results that arrived join it, so later steps still see them. One transaction."""
+    with session_scope() as s:
+        rows = inbox.messages(team, name, unread=True, mark_read=True, session=s)
+        arrived = [{**r.entry_dict(), "payload": r.payload} for r in rows]
+        results = [
+            ToolResult.model_validate(entry["payload"])
+            for entry in arrived
+            if entry.get("type") == "tool_result" and entry.get("payload")
+        ]
+        _append_all(
+            s,
+            agent_id,
+            conversation,
+            [lambda i, t, r=result: tool_result_message(r, index=i, turn=t) for result in results],
+        )
+        return arrived, load_conversation(
+            session=s, agent_id=agent_id, conversation_id=conversation
+        )
+
+
+def _record_step(
+    agent_id: str,
+    conversation: str,
+    response: ChimeraResponse,
+    results: list[ToolResult],
+    notes: list[tuple[str, str]] | None = None,
+) -> None:
+    """Appends the step's response (a new turn), the results handed back to the agent, and
+    `notes`: user messages (`userid`, text), e.g. the lead's feedback on a denied plan."""
+    with session_scope() as s:
+        _append_all(
+            s,
+            agent_id,
+            conversation,
+            [lambda i, t: step_message(response, index=i, turn=t + 1)]
+            + [lambda i, t, r=result: tool_result_message(r, index=i, turn=t) for result in results]
+            + [lambda i, t, n=note: _note_message(*n, index=i, turn=t) for note in notes or []],
+        )
+
+
+def _note_message(userid: str, text: str, *, index: int, turn: int) -> ConversationMessage:
+    return ConversationMessage.model_validate(
+        {
+            "index": index,
+            "turn": turn,
+            "timestamp": utcnow(),
+            "role": "user",
+            "content": {"userid": userid, "text": text},
+        }
+    )
+
+
+def step_line(member: str, number: int, response: ChimeraResponse) -> str:
+    """The run log's line for one step: `analyst-1 step 2: analyze_sales (EXECUTING)`."""
+    actions = ", ".join(
+        f"{a.action} {a.mode.value}" if a.mode.value == "ASYNC" else a.action
+        for a in response.actions
+    )
+    done = " stop" if response.stop else ""
+    return f"{member} step {number}: {actions or 'no actions'} ({response.status.value}{done})"
+
+
+def _next(conversation: list[ConversationMessage]) -> tuple[int, int]:
+    """The index and turn of the next message."""
+    if not conversation:
+        return 0, 0
+    return len(conversation), conversation[-1].turn
+
+
+async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
+    """Runs one member's agent on the task until it stops, fails, or runs out of steps."""
+    logger = get_run_logger()
+    team, work = info["team"], Work(member=name)
+    member = await anyio.to_thread.run_sync(_begin, info, name)
+    runtime, lead = member.runtime, member.lead
+    resources = runtime.get("resources")
+    clearance = runtime.get("security_level")  # the highest level its steps may claim
+    conversation_id = _conversation_id(info["id"])
+    started = time.monotonic()
+    task_brief = {k: info[k] for k in ("id", "title", "description", "params")}
+    unread: list[dict[str, Any]] = []
+    waited_after_last = False
+    liveness = Liveness(team, name)
+    keeper = asyncio.ensure_future(liveness.keep())
+    try:
+        while work.steps < max_steps:
+            arrived, conversation = await anyio.to_thread.run_sync(
+                _before_step, team, name, member.agent_id, conversation_id
+            )
+            unread += arrived
+            request = StepRequest(
+                team=team,
+                member=name,
+                agent_id=member.agent_id,
+                model=member.model,
+                prompt=member.prompt,
+                task=task_brief,
+                conversation=conversation,
+                tools=member.tools,
+                inbox=unread,
+            )
+            await liveness.now("thinking")
+            # quote: Prefect need not walk the conversation and tools looking for futures.
+            result = await agent_step(quote(runtime), quote(request), name, work.steps + 1)
+            if isinstance(result, StepFailure):
+                work.failed_step = work.steps + 1
+                raise StepError(result.reason)
+            if result is None:
+                # A result it needs is due from an ASYNC action. Once none is running, the
+                # inbox is looked at one more time before the step counts as failed.
+                if not work.pending and waited_after_last:
+                    work.failed_step = work.steps + 1
+                    raise StepError(f"{name} waits for a result that no running action will send")
+                waited_after_last = not work.pending
+                await asyncio.sleep(RESULT_WAIT_S)
+                continue
+            waited_after_last = False
+            work.steps += 1
+            work.tokens += result.tokens
+            response = result.response
+            if any(a.type == "tool" for a in response.actions):
+                await liveness.now("executing_tools")
+            # A v2 `context` block limits what this step may use (flows/scope.py).
+            scope = None
+            if response.context is not None:
+                scope = await anyio.to_thread.run_sync(
+                    partial(step_scope, resources=resources, clearance=clearance),
+                    response.context,
+                )
+            response, stop, results = await _execute(
+                info, name, lead, response, work, member.plan_mode, resources, scope
+            )
+            notes, work.notes = work.notes, []
+            await anyio.to_thread.run_sync(
+                _record_step, member.agent_id, conversation_id, response, results, notes
+            )
+            logger.info("%s", step_line(name, work.steps, response))
+            unread = []
+            if response.response:
+                work.response = response.response
+            if stop:
+                break
+        else:
+            raise StepError(f"{name} did not finish within {max_steps} steps")
+        # An agent that stopped while ASYNC actions still run: their results still arrive.
+        if work.pending:
+            await asyncio.gather(*work.pending)
+    except (StepError, ValueError) as exc:
+        work.ok, work.error = False, str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        work.failed_step = work.failed_step or max(work.steps, 1)
+        logger.error("%s failed at step %d: %s", name, work.failed_step, work.error)
+        await anyio.to_thread.run_sync(append_output, team, name, f"error: {exc}")
+    finally:
+        keeper.cancel()
+    elapsed = time.monotonic() - started
+    await liveness.now("idle")
+    await member_status(
+        team,
+        name,
+        "complete" if work.ok else "error",
+        error_message=work.error,
+        tokens=work.tokens,
+        completed=work.ok,
+        response_time=elapsed if work.ok else None,
+    )
+    return work
+
+
+async def _execute(
+    info: dict[str, Any],
+    name: str,
+    lead: str,
+    response: ChimeraResponse,
+    work: Work,
+    plan_mode: bool,
+    resources: list[dict] | None,
+    scope: StepScope | None = None,
+) -> tuple[ChimeraResponse, bool, list[ToolResult]]:
+    """Executes a step's actions; with a `context` block (`scope`), only on what it names.
+
+    Returns the response as recorded (ASYNC actions: `TASK_STARTED` with their task ids),
+    whether the agent is done, and the results to hand back to it (SYNC tools, internal).
+    """
+    team = info["team"]
+    stop = response.stop
+    results: list[ToolResult] = []
+    actions = []
+    started_async = False
+    for action in response.actions:
+        kind = action.type.value
+        if kind in ("tool", "script"):
+            if plan_mode and not work.plan_approved:
+                results.append(
+                    ToolResult.failure(action.action, "plan approval is required before tools run")
+                )
+                actions.append(action)
+                continue
+            if scope is not None:
+                refusal = await anyio.to_thread.run_sync(
+                    _scope_refusal, scope, action.action, dict(action.params), team, name
+                )
+                if refusal:
+                    results.append(ToolResult.failure(action.action, refusal))
+                    actions.append(action)
+                    continue
+                resources = scope.resources_in_force()
+            work.tool_calls += 1
+            if action.mode.value == "ASYNC":
+                task_id = action.task_id or str(uuid.uuid4())
+                runner = asyncio.create_task(
+                    async_action(
+                        team, name, action.action, dict(action.params), task_id,
+                        resources=resources, team_task_id=info["id"],
+                    )
+                )  # fmt: skip
+                work.pending.add(runner)
+                runner.add_done_callback(work.pending.discard)
+                runner.add_done_callback(lambda done: _count_failure(work, done))
+                actions.append(action.model_copy(update={"task_id": task_id}))
+                started_async = True
+                continue
+            outcome = await run_tool(action.action, dict(action.params), team, name, resources)
+            results.append(ToolResult.model_validate(outcome["result"]))
+            _count_failure(work, outcome["result"])
+            work.feedback_id = outcome["feedback_id"] or work.feedback_id
+            actions.append(action)
+            continue
+        actions.append(action)
+        if action.action == READ_KNOWLEDGE:
+            params = dict(action.params)
+            results.append(await anyio.to_thread.run_sync(read_knowledge, params, scope))
+            continue
+        if action.action in (REMEMBER, RECALL):
+            relics = list(scope.context.knowledge_relics) if scope is not None else None
+            run = partial(memory_action, team, name, action.action, dict(action.params), relics)
+            results.append(await anyio.to_thread.run_sync(run))
+            continue
+        stop = (
+            await _internal(info, name, lead, action.action, dict(action.params), work, results)
+            or stop
+        )
+    update: dict[str, Any] = {"actions": actions}
+    if started_async:
+        update["status"] = "TASK_STARTED"
+    recorded = ChimeraResponse.model_validate({**response.to_wire(), **_wire(update)})
+    return recorded, stop, results
+
+
+def _count_failure(work: Work, result: dict[str, Any] | asyncio.Task) -> None:
+    """Counts a tool call that failed (its result, or the task that ran it) in `work`."""
+    if isinstance(result, asyncio.Task):
+        failed = result.cancelled() or result.exception() is not None
+        result = {} if failed else result.result()
+    else:
+        failed = False
+    if failed or result.get("status") != "SUCCESS":
+        work.tool_failures += 1
+
+
+def _scope_refusal(
+    scope: StepScope, tool_id: str, params: dict[str, Any], team: str, member: str
+) -> str | None:
+    """Why the step's context refuses running `tool_id` with `params` (None: it may run)."""
+    from models.tool import get_tool
+
+    try:
+        definition = get_tool(tool_id)
+    except ValueError:
+        return None  # run_tool reports the unknown tool
+    refusals = scope.tool_refusals(definition, params, cwd=member_files(team, member))
+    return f"tool {tool_id} refused: {'; '.join(refusals)}" if refusals else None
+
+
+def _wire(update: dict[str, Any]) -> dict[str, Any]:
+    out = dict(update)
+    if "actions" in out:
+        out["actions"] = [a.to_wire() for a in out["actions"]]
+    return out
+
+
+async def _internal(
+    info: dict[str, Any],
+    name: str,
+    lead: str,
+    action: str,
+    params: dict[str, Any],
+    work: Work,
+    results: list[ToolResult],
+) -> bool:
+    """Runs an `internal` action; True if it ends the member's work."""
+    team = info["team"]
+    if action in ("finish", "finishRequest"):
+        return True
+    if action in ("send_message", "postMessage"):
+        to = params.get("to", lead)
+        text = str(params.get("text", ""))
+        row = await anyio.to_thread.run_sync(
+            lambda: inbox.send(team, to=to, sender=name, text=text, summary=params.get("summary"))
+        )
+        results.append(ToolResult.success(action, {"messageId": row.message_id}))
+        return False
+    if action == "request_plan_approval":
+        from flows.plan_approval import plan_approval
+
+        asked = time.monotonic()
+        decision = await plan_approval(
+            team=team,
+            member=name,
+            plan=str(params.get("plan", "")),
+            summary=str(params.get("summary", info["title"])),
+            # Asking again after a denial is a revision of it: the team's limit counts.
+            previous_request_id=work.denied_request,
+        )
+        work.approval_wait_s += time.monotonic() - asked
+        work.plan_approved = bool(decision.get("approve"))
+        work.denied_request = decision["requestId"] if decision["status"] == "denied" else None
+        if decision["status"] == "rejected":
+            raise StepError(f"plan {decision['requestId']} was rejected: {decision['cause']}")
+        results.append(ToolResult.success(action, decision))
+        if decision["status"] == "denied":
+            work.notes.append(await anyio.to_thread.run_sync(_denial_note, team, lead, decision))
+        return False
+    if action == "create_task":
+        from models.task import create_task
+
+        row = await anyio.to_thread.run_sync(
+            lambda: create_task(
+                team,
+                title=str(params.get("title", "")),
+                description=params.get("description"),
+                assignees=list(params.get("assignees", [])),
+                creator=name,
+            )
+        )
+        results.append(ToolResult.success(action, {"task_id": str(row.id)}))
+        return False
+    results.append(ToolResult.failure(action, f"unknown internal action {action!r}"))
+    return False
+
+
+def _denial_note(team: str, lead: str, decision: dict[str, Any]) -> tuple[str, str]:
+    """The lead's feedback on a denied plan, as the member's conversation shows it."""
+    limit = teams.settings_of(team).max_revisions
+    feedback = decision.get("feedback") or decision.get("cause") or "no reason given"
+    text = (
+        f"Plan {decision['requestId']} (revision {decision['revision']} of at most {limit}) "
+        f"was denied: {feedback}\nRevise the plan and ask for approval again."
+    )
+    who = decision.get("decidedBy") or lead
+    return (lead if who == "system" else who), text

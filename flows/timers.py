@@ -1,0 +1,131 @@
+"""Timers and teamflow's clock: every timer goes off on time, every deadline is acted on.
+
+A `plan-approval` run waiting in process acts on its own deadline (`flows.waits`). A
+suspended run holds no process, and a run whose process died holds none either, so every
+`teamflow worker` keeps the time as well: it sleeps until the next deadline in teamflow's
+database (looking again at least every `poll_s` for new requests), applies the team's
+policy to every request that is due (`models.plan_timeout.expire_due`; a conditional update,
+so several workers never decide one request twice), and resumes the suspended runs of the
+requests it decided, so that they finish (`flows.waits.resume_suspended`). Prefect's own
+pause expiry would only fail such runs, and only every 5 s, 200 paused runs per pass
+(`benchmarks/approval.py --deadlines` compares them).
+
+The same clock delivers TIMER alerts at their due time (`flows.system_alert.fire_due_timers`,
+the delivery the timer's own `system-alert` run also makes, exactly once between them), so a
+timer is on time even while Prefect's server is slow to start the timer's run. Timers are
+created, paused and cancelled in Prefect by `flows.alerts` (`teamflow alert ...`).
+
+Every `reconcile_s` it also resumes suspended runs whose request was decided while Prefect
+could not be reached (`teamflow plan approve` during a server restart records the decision
+and says the run will find it), and at once when the worker sees the Prefect API come back
+after an outage (`api_back`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from flows import waits
+from models import alert, plan_timeout
+from models.base import utcnow
+
+POLL_S = 1.0
+"""The longest sleep between two looks at the next deadline (a new request may be due soon)."""
+RECONCILE_S = 15.0
+"""How often suspended runs are matched against decisions made without resuming them."""
+BULK = waits.BULK
+"""Requests decided in one transaction: the runs one request resumes (`waits.BULK`)."""
+
+logger = logging.getLogger("teamflow.timers")
+
+_api_back = threading.Event()
+
+
+def api_back() -> None:
+    """Says the Prefect API is back after an outage: the clock reconciles at its next tick
+    (decisions recorded meanwhile reach their suspended runs within about a second)."""
+    _api_back.set()
+
+
+async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCILE_S) -> None:
+    """Applies timeout policies at their deadlines and resumes what they decided; forever.
+
+    Resuming runs talks to Prefect and may take seconds for hundreds of runs; it happens
+    beside the clock, so the next deadline is never kept waiting for it.
+    """
+    poll_s = poll_s or float(os.environ.get("TEAMFLOW_DEADLINE_POLL_SECONDS") or POLL_S)
+    send, receive = anyio.create_memory_object_stream[list[str]](max_buffer_size=1000)
+
+    async def resumer() -> None:
+        async for request_ids in receive:
+            try:
+                runs = await anyio.to_thread.run_sync(plan_timeout.decided_with_runs, request_ids)
+                await waits.resume_suspended(runs)
+            except Exception as exc:  # Prefect is away: the reconciliation catches up
+                logger.warning("teamflow clock: resuming %d plan(s): %s", len(request_ids), exc)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(resumer)
+        last_reconcile = -reconcile_s
+        while True:
+            try:
+                await tick(committed=lambda ids: anyio.from_thread.run(send.send, ids))
+                back = _api_back.is_set()
+                if back or anyio.current_time() - last_reconcile >= reconcile_s:
+                    _api_back.clear()
+                    last_reconcile = anyio.current_time()
+                    group.start_soon(_reconcile)
+                wait = await _until_next(poll_s)
+            except Exception as exc:  # the database is away: try again next round
+                logger.warning("teamflow clock: %s", exc)
+                wait = poll_s
+            await anyio.sleep(wait)
+
+
+async def _reconcile() -> None:
+    try:
+        await resume_decided_suspended_runs()
+    except Exception as exc:
+        logger.warning("teamflow clock: %s", exc)
+
+
+async def tick(committed: Callable[[list[str]], None] | None = None) -> list[str]:
+    """Delivers the due timers, applies the policy of every due request; returns the ids of
+    the requests acted on. `committed` hears them batch by batch, once each batch is
+    committed, in a worker thread: the clock resumes a batch's runs while it decides the
+    next (`expire_due`)."""
+    from flows.system_alert import fire_due_timers
+
+    fired = await anyio.to_thread.run_sync(lambda: fire_due_timers())
+    if fired:
+        logger.info("teamflow clock: %d timer(s) went off: %s", len(fired), fired)
+    acted = await anyio.to_thread.run_sync(
+        lambda: plan_timeout.expire_due(batch=BULK, committed=committed)
+    )
+    if acted:
+        logger.info("teamflow clock: timeout policy applied to %d plan(s)", len(acted))
+    return acted
+
+
+async def _until_next(poll_s: float) -> float:
+    def next_due() -> Any:
+        dues = [d for d in (plan_timeout.next_due(), alert.next_timer_due()) if d is not None]
+        return min(dues, default=None)
+
+    due = await anyio.to_thread.run_sync(next_due)
+    if due is None:
+        return poll_s
+    return min(max((due - utcnow()).total_seconds(), 0.0), poll_s)
+
+
+async def resume_decided_suspended_runs() -> int:
+    """Resumes every suspended `plan-approval` run whose request is decided already."""
+    from flows.plan_approval import FLOW_NAME
+
+    return await waits.resume_decided([FLOW_NAME], plan_timeout.decided_runs)
