@@ -12,8 +12,10 @@ Then it loops, as a real agent (Claude Code, OpenCode, ...) would with the same 
 1. `heartbeat`, then `read_inbox` (its own; anyone else's is refused);
 2. a `shutdown_request`: answers `send_message(type="shutdown_response", approve=true)` and
    stops;
-3. its task (a `task_assignment` in the inbox, or a pending task it owns, or an unassigned
-   one it claims with `task_update(owner=itself)`): `task_update(status="in_progress")`;
+3. its task (a `task_assignment` in the inbox, or an open task it owns whose blockers are
+   done, or an unassigned one it claims with `task_update(owner=itself)`; teamflow may have
+   started the task's `team-task` run, which waits for this member's report):
+   `task_update(status="in_progress")`;
 4. when its plan mode requires it, `plan_request` and then `plan_status` until the lead
    decides (a denial: it revises the plan with the feedback and asks again);
 5. the work, with a tool: it counts the words of the task's description and writes a
@@ -91,7 +93,9 @@ class Agent:
         tasks = await self.call("task_list", team_name=self.team)
         status = {task["id"]: task["status"] for task in tasks}
         for task in tasks:
-            if task["id"] in self.done or task["status"] != "pending":
+            if task["id"] in self.done or task["status"] not in ("pending", "in_progress"):
+                continue
+            if task["status"] == "in_progress" and task["owner"] != self.name:
                 continue
             if any(status.get(b) != "completed" for b in task["blockedBy"]):
                 continue  # it starts when its blockers are done

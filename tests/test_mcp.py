@@ -36,6 +36,13 @@ from models.dependencies import add_blockers
 TEAM = "mcp-team"
 
 
+@pytest.fixture(autouse=True)
+def no_prefect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No Prefect server here (a port nothing listens on): a task given to a member cannot
+    start its team-task run, and its assignees are told directly."""
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+
+
 @dataclass
 class Refused:
     """A tool error: its text, and the `001` envelope it parses to."""
@@ -219,10 +226,12 @@ def test_a_lead_builds_a_team_and_a_member_works_its_task(db_url: str, home) -> 
                 owner="bob",
             )
             assert chained["blockedBy"] == [first["id"]] and chained["owner"] == "bob"
+            assert chained["run"]["note"] == "it starts when its blockers complete"
             given = await call(
                 lead, "task_update", team_name=TEAM, task_id=first["id"], owner="alice"
             )
             assert given["owner"] == "alice" and given["activeForm"] == "Collecting the data"
+            assert given["run"]["told"] == ["alice"]  # no Prefect here: told directly
             sent = await call(
                 lead,
                 "send_message",
@@ -284,7 +293,7 @@ def test_a_lead_builds_a_team_and_a_member_works_its_task(db_url: str, home) -> 
     assert task.get_task(ids["first"]).status == "completed"
     assert task.get_task(ids["first"]).reason == "42 rows collected"
     bob = [m.type for m in inbox.messages(TEAM, "bob")]
-    assert bob.count("task_assignment") == 2  # given, then freed by its blocker
+    assert bob.count("task_assignment") == 1  # told when its blocker completed
 
 
 # --- identity: every refusal is an envelope and writes nothing ----------------------------------

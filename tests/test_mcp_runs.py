@@ -1,6 +1,7 @@
-"""`teamflow mcp` with Prefect: an outside member's plan is a plan-approval run that the lead
-approves from the CLI, and the lead's shutdown request over MCP is a shutdown-member run
-whose handshake the member completes, on a real Prefect server with a real worker."""
+"""`teamflow mcp` with Prefect: an outside member's task is a team-task run that waits for its
+report, its plan is a plan-approval run that the lead approves from the CLI, and the lead's
+shutdown request over MCP is a shutdown-member run whose handshake the member completes, on
+a real Prefect server with a real worker."""
 
 from __future__ import annotations
 
@@ -43,8 +44,20 @@ def test_an_outside_member_gets_its_plan_approved_and_shuts_down(
     prefect_env, tmp_path: Path
 ) -> None:
     membership.create_team(TEAM, description="outside members with runs")
-    membership.add_member(TEAM, "alice", model="sonnet", prompt="p", plan_mode_required=True)
-    work = task.create_task(TEAM, title="Count the words", assignees=["alice"])
+    membership.add_member(
+        TEAM, "alice", model="sonnet", prompt="p", plan_mode_required=True, runtime={"kind": "mcp"}
+    )
+
+    async def lead_gives_work() -> dict:
+        async with stdio() as lead:
+            made = await call(lead, "task_create", team_name=TEAM, subject="Count the words")
+            return await call(
+                lead, "task_update", team_name=TEAM, task_id=made["id"], owner="alice"
+            )
+
+    given = anyio.run(lead_gives_work)
+    assert given["run"]["flow_run_id"], given  # its team-task run waits for alice's report
+    work = task.get_task(given["id"])
     token = identity.issue_token(TEAM, "alice")
     agent = subprocess.Popen(
         [
@@ -110,5 +123,12 @@ def test_an_outside_member_gets_its_plan_approved_and_shuts_down(
             120,
             "the runs to end",
         )
-    states = sorted((r.name.split(" ")[0], r.state.type.value) for r in runs)
-    assert states == [("plan", "COMPLETED"), ("shutdown", "COMPLETED")], json.dumps(states)
+
+    def kind(name: str) -> str:
+        return name.split(" ")[0] if name.startswith(("plan ", "shutdown ")) else "task"
+
+    states = sorted((kind(r.name), r.state.type.value) for r in runs)
+    assert states == [("plan", "COMPLETED"), ("shutdown", "COMPLETED"), ("task", "COMPLETED")], (
+        json.dumps(states)
+    )
+    assert str(next(r for r in runs if kind(r.name) == "task").id) == given["run"]["flow_run_id"]

@@ -19,7 +19,9 @@ RT = "Runtime (how the member's agent runs)"
 RuntimeKind = Annotated[
     str | None,
     typer.Option(
-        "--runtime", help="command, openai or scripted: what runs the agent.", rich_help_panel=RT
+        "--runtime",
+        help="command, openai, scripted, or mcp (its own agent works through teamflow mcp).",
+        rich_help_panel=RT,
     ),
 ]
 CommandOpt = Annotated[

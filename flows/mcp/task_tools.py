@@ -5,6 +5,7 @@
 to a member (`task_update owner=`) sends it the `task_assignment` that a team-task run sends.
 """
 
+import uuid
 from typing import Any, Literal
 
 from mcp.server.mcpserver import Context
@@ -108,10 +109,10 @@ def task_update(
             target = TaskTarget(tuple(a.assignee_id for a in row.assignees), owner)
             authorize(who, Action.TASK_UPDATE, team_name, target, session=s)
             done = update_task(team_name, task_id, changes, session=s)
-            if done.owner_changed and owner:
-                _assign(done.task, s)
             view = task_views([done.task], session=s)[0]
-        view["started"] = [_start_ready(str(task), team) for task, team in done.ready]
+        if done.owner_changed and owner:
+            view["run"] = _start(str(done.task.id), team_name, owner_changed=True)
+        view["started"] = [_start(str(t), team, owner_changed=False) for t, team in done.ready]
         return view
 
 
@@ -121,37 +122,40 @@ def _lead(team: str, session: Any) -> str:
     return teams.get_team(session, team).lead
 
 
-def _assign(row, session: Any) -> None:
-    """Tells the task's new owner, as a team-task run does (`task_assignment` from the lead)."""
-    from flows.team_task import _task_info, notify
-
-    notify(_task_info(str(row.id), session=session), lead=_lead(row.team, session), session=session)
-
-
-def _start_ready(task_id: str, team: str) -> dict[str, Any]:
-    """Starts the team-task run of a task its blockers freed when every assignee has a
-    runtime teamflow can run; otherwise (outside members) tells its assignees."""
+def _start(task_id: str, team: str, *, owner_changed: bool) -> dict[str, Any] | None:
+    """Puts a task given to a member (or freed by its blockers) to work, as teamflow does
+    for any task: its `team-task` run, which claims it and sends the `task_assignment`
+    (an outside member's run then waits for its report). A task still blocked waits for
+    its blockers. With no run to start (no assignee teamflow can run, or no Prefect server
+    reachable), its assignees are told directly, so outside members can still work."""
     from flows import runner
     from flows.dependencies import runtime_usable
+    from flows.team_task import _task_info, notify
     from models import team as teams
     from models.db import session_scope
+    from models.dependencies import open_blockers
 
     with session_scope() as s:
-        from flows.team_task import _task_info, notify
-
         info = _task_info(task_id, session=s)
+        if not info["assignees"] or info["status"] != "pending":
+            return None
+        if owner_changed and open_blockers(s, uuid.UUID(task_id)):
+            return {"task_id": task_id, "note": "it starts when its blockers complete"}
         members = {m.name: m for m in teams.list_members(team, session=s)}
-        runnable = info["assignees"] and all(
-            runtime_usable(members[n].runtime or {}) for n in info["assignees"] if n in members
+        runnable = all(
+            n in members and runtime_usable(members[n].runtime or {}) for n in info["assignees"]
         )
-        if not runnable:
-            notify(info, lead=_lead(team, s), session=s)
-            return {"task_id": task_id, "told": info["assignees"]}
-    try:
-        run = runner.start_task(task_id)
-    except runner.RunnerError as exc:
-        return {"task_id": task_id, "error": str(exc)}
-    return {"task_id": task_id, "flow_run_id": str(run.id), "url": run.url}
+    note = "no assignee teamflow can run"
+    if runnable:
+        # Outside any transaction of ours: starting a run writes to the database too.
+        try:
+            run = runner.start_task(task_id)
+            return {"task_id": task_id, "flow_run_id": str(run.id), "url": run.url}
+        except runner.RunnerError as exc:
+            note = f"no team-task run: {exc}"
+    with session_scope() as s:
+        notify(info, lead=_lead(team, s), session=s)
+    return {"task_id": task_id, "told": info["assignees"], "note": note}
 
 
 def task_list(team_name: str, ctx: Context) -> list[dict[str, Any]]:

@@ -110,6 +110,7 @@ def spawn_teammate(
                 agent_type=subagent_type,
                 backend="in-process" if tmux else backend_type or "in-process",
                 plan_mode_required=plan_mode_required or None,
+                runtime={"kind": "mcp"},
                 session=s,
             )
             if cwd:
