@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,21 +106,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def http_server(db_url: str, home) -> Iterator[str]:
-    """`teamflow mcp --http` on a free port (local user allowed without a token)."""
+@contextmanager
+def serving(*flags: str) -> Iterator[str]:
+    """`teamflow mcp --http` on a free port, with `flags`; yields its URL."""
     port = free_port()
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flows.cli",
-            "mcp",
-            "--http",
-            "--port",
-            str(port),
-            "--allow-local-user",
-        ],
+        [sys.executable, "-m", "flows.cli", "mcp", "--http", "--port", str(port), *flags],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -130,6 +121,28 @@ def http_server(db_url: str, home) -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.fixture
+def http_server(db_url: str, home) -> Iterator[str]:
+    """`teamflow mcp --http` on a free port (local user allowed without a token)."""
+    with serving("--allow-local-user") as url:
+        yield url
+
+
+def test_over_http_a_call_without_a_token_is_refused(db_url: str, home) -> None:
+    membership.create_team(TEAM, description="tokens only")
+
+    async def anonymous(url: str) -> Any:
+        async with http(url) as nobody:
+            return await call(nobody, "read_config", team_name=TEAM)
+
+    with serving() as url:
+        answer = anyio.run(anonymous, url)
+    assert isinstance(answer, Refused) and answer.kind == "Unauthorized"
+    assert "Authorization: Bearer" in answer.envelope["message"]
+    refused = cli("mcp", "--http", "--host", "0.0.0.0", "--allow-local-user")
+    assert refused.returncode == 1 and "loopback" in refused.stderr
 
 
 def _wait_for_port(process: subprocess.Popen, port: int) -> None:
