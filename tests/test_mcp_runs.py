@@ -114,8 +114,13 @@ def test_an_outside_member_gets_its_plan_approved_and_shuts_down(
         "go ahead",
     )
     from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with get_client(sync_client=True) as client:
+    # This process may have imported Prefect before (another test): point it here explicitly.
+    with (
+        temporary_settings(updates={PREFECT_API_URL: prefect_env.api}),
+        get_client(sync_client=True) as client,
+    ):
         runs = wait_until(
             lambda: (
                 (r := client.read_flow_runs(limit=20)) and all(x.state.is_final() for x in r) and r
