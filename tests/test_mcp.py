@@ -368,6 +368,18 @@ def _filled(arguments: dict[str, Any], ids: dict[str, str]) -> dict[str, Any]:
     return {k: fill.get(v, v) if isinstance(v, str) else v for k, v in arguments.items()}
 
 
+async def _read_resource(token: str, path: str) -> Any:
+    """Reads `teamflow://teams/TEAM/{path}` as the token's member: its JSON, or `Refused`."""
+    from mcp.shared.exceptions import MCPError
+
+    async with stdio(token) as member:
+        try:
+            found = await member.read_resource(f"teamflow://teams/{TEAM}/{path}")
+        except MCPError as exc:
+            return Refused(str(exc), json.loads(str(exc)))
+    return json.loads(found.contents[0].text)
+
+
 def test_a_member_is_refused_what_only_others_may_do(team_with_a_plan: dict[str, str]) -> None:
     before = _counts()
     bob_unread = _unread("bob")
@@ -380,7 +392,8 @@ def test_a_member_is_refused_what_only_others_may_do(team_with_a_plan: dict[str,
             ]
 
     answers = anyio.run(member_tries)
-    for (tool, _), answer in zip(REFUSED, answers, strict=True):
+    answers.append(anyio.run(_read_resource, team_with_a_plan["alice"], "inboxes/bob"))
+    for (tool, _), answer in zip([*REFUSED, ("resource", None)], answers, strict=True):
         assert isinstance(answer, Refused), f"{tool} was not refused: {answer}"
         assert answer.kind == "Forbidden", answer.text
         assert answer.envelope["status"] == "error" and "\n" not in answer.text

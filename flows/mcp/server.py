@@ -15,7 +15,7 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from pydantic import ValidationError
 
 from models.identity import Door, Forbidden, Principal, Unauthorized, principal_of_token
@@ -197,11 +197,20 @@ def _version() -> str:
         return "0"
 
 
+@contextmanager
+def resource_refusals() -> Iterator[None]:
+    """A resource read refused: the SDK's anticipated resource error, carrying the envelope
+    (any other exception would reach the client as a bare "error reading" line)."""
+    try:
+        yield
+    except EnvelopeError as exc:
+        raise ResourceError(str(exc)) from None
+
+
 def resources(server: TeamflowMCP) -> None:
     """The team's config and each inbox as MCP resources (read-only; reading an inbox here
     does not mark anything read)."""
     from models import inbox
-    from models import team as teams
     from models.db import session_scope
     from models.identity import Action, authorize
 
@@ -212,7 +221,7 @@ def resources(server: TeamflowMCP) -> None:
         mime_type="application/json",
     )
     def team_config(team_name: str, ctx: Context) -> str:
-        with refusals(ctx) as who:
+        with resource_refusals(), refusals(ctx) as who:
             authorize(who, Action.TEAM_READ, team_name)
             with session_scope() as s:
                 return json.dumps(config_json(s, team_name), ensure_ascii=False)
@@ -224,12 +233,10 @@ def resources(server: TeamflowMCP) -> None:
         mime_type="application/json",
     )
     def member_inbox(team_name: str, agent_name: str, ctx: Context) -> str:
-        with refusals(ctx) as who:
+        with resource_refusals(), refusals(ctx) as who:
             authorize(who, Action.INBOX_READ, team_name, agent_name)
             rows = inbox.messages(team_name, agent_name)
             return json.dumps([r.entry_dict() for r in rows], ensure_ascii=False, default=str)
-
-    del teams
 
 
 def config_json(session: Any, team_name: str) -> dict[str, Any]:
