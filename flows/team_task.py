@@ -42,8 +42,9 @@ from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.states import Failed
 
 from flows import dependencies
+from flows.outside import member_work
 from flows.runner import task_run_tags
-from flows.steps import Work, work_on
+from flows.steps import Work
 from models import inbox
 from models import team as teams
 from models.base import utcnow
@@ -352,7 +353,7 @@ async def team_task(
     async def bounded(name: str) -> Work:
         async with gate:
             started = utcnow()
-            work = await work_on(info, name, max_steps)
+            work = await member_work(info, name, max_steps)
             work.started_at, work.ended_at = started, utcnow()
             return work
 

@@ -9,6 +9,7 @@ import models.agent
 import models.alert
 import models.approval
 import models.dependencies
+import models.identity
 import models.inbox
 import models.knowledge
 import models.shutdown

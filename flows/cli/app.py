@@ -29,6 +29,7 @@ COMMANDS = {
     "worker": ("flows.cli.ops", "worker"),
     "demo": ("flows.cli.demo", "demo"),
     "metrics": ("flows.cli.metrics", "metrics"),
+    "mcp": ("flows.cli.mcp", "mcp"),
 }
 """The root's commands: name -> (module, function), in the order `--help` lists them."""
 

@@ -1,4 +1,4 @@
-"""`teamflow member`: team members: add, set, show, list, heartbeat, shutdown."""
+"""`teamflow member`: team members: add, set, show, list, heartbeat, shutdown, token, spawn."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from typing import Annotated
 
 import typer
 
-from flows.cli.output import JsonFlag, emit, fail, seconds_check, start_run
+from flows.cli.output import JsonFlag, emit, fail, seconds_check
 
 member_app = typer.Typer(
-    help="Team members: add, set, show, list, heartbeat, shutdown.", no_args_is_help=True
+    help="Team members: add, set, show, list, heartbeat, shutdown, token, spawn.",
+    no_args_is_help=True,
 )
 
 RT = "Runtime (how the member's agent runs)"
@@ -18,7 +19,9 @@ RT = "Runtime (how the member's agent runs)"
 RuntimeKind = Annotated[
     str | None,
     typer.Option(
-        "--runtime", help="command, openai or scripted: what runs the agent.", rich_help_panel=RT
+        "--runtime",
+        help="command, openai, scripted, or mcp (its own agent works through teamflow mcp).",
+        rich_help_panel=RT,
     ),
 ]
 CommandOpt = Annotated[
@@ -412,21 +415,87 @@ def member_shutdown(
     as_json: JsonFlag = False,
 ) -> None:
     """Shuts a member down through the handshake: starts a shutdown-member run."""
-    from models import shutdown
+    from flows.decisions import start_shutdown
+    from flows.runner import RunnerError
+    from models.shutdown import ShutdownError
 
     try:
-        shutdown.check_shutdown(team_name, name)
-    except shutdown.ShutdownError as exc:
+        started = start_shutdown(team_name, name, reason=reason, timeout=timeout)
+    except ShutdownError as exc:
         fail(str(exc))
-    request_id = shutdown.new_shutdown_id()
-    run = start_run(
-        "shutdown-member/shutdown-member",
-        {"team": team_name, "member": name, "reason": reason, "timeout_s": timeout,
-         "request_id": request_id},
-        tags=[f"team:{team_name}", f"member:{name}"],
-        name=f"shutdown {name}@{team_name}",
-    )  # fmt: skip
+    except RunnerError as exc:
+        fail(f"cannot start the shutdown-member run: {exc}")
     if as_json:
-        emit({"requestId": request_id, "flowRunId": str(run.id), "url": run.url})
+        emit({"requestId": started.request_id, "flowRunId": str(started.run.id),
+              "url": started.run.url})  # fmt: skip
     else:
-        typer.echo(f"shutdown {request_id} of {name} requested: {run.url}")
+        typer.echo(f"shutdown {started.request_id} of {name} requested: {started.run.url}")
+
+
+@member_app.command("token")
+def member_token(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    name: str,
+    revoke: Annotated[
+        bool, typer.Option("--revoke", help="Revoke every token of the member instead.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Prints a new token for a member's MCP session (shown once; teamflow keeps its hash).
+
+    The member's MCP client passes it as TEAMFLOW_TOKEN (stdio) or `Authorization: Bearer`
+    (HTTP); the session then acts as that member only. `--revoke` ends all its tokens.
+    """
+    from models import identity
+
+    if revoke:
+        count = identity.revoke_tokens(team_name, name)
+        if as_json:
+            emit({"team": team_name, "member": name, "revoked": count})
+        else:
+            typer.echo(f"revoked {count} token(s) of {name}@{team_name}")
+        return
+    token = identity.issue_token(team_name, name)
+    if as_json:
+        emit({"team": team_name, "member": name, "token": token})
+    else:
+        typer.echo(token)
+
+
+@member_app.command("spawn")
+def member_spawn(
+    team_name: Annotated[str, typer.Argument(metavar="TEAM")],
+    name: str,
+    command: Annotated[
+        str | None,
+        typer.Option(
+            "--command",
+            help='The agent program, e.g. "claude --mcp-config {mcp_config} -p {prompt}" '
+            "(default: TEAMFLOW_AGENT_COMMAND); {prompt}, {mcp_config}, {team}, {name} are "
+            "filled in.",
+        ),
+    ] = None,
+    cwd: Annotated[Path | None, typer.Option("--cwd", help="The folder it works in.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Starts a member's own agent program in a new pane of the `teamflow` tmux session.
+
+    The program gets a new token of the member (TEAMFLOW_TOKEN), an MCP config file that
+    starts `teamflow mcp` as the member ({mcp_config}) and a first prompt telling it its
+    team, its name and how to work ({prompt}). The pane is recorded as its tmuxPaneId.
+    """
+    import os
+
+    from flows.spawn import COMMAND_ENV, SpawnError, describe, spawn_member
+
+    try:
+        spawned = spawn_member(
+            team_name, name, command=command or os.environ.get(COMMAND_ENV, ""),
+            cwd=str(cwd) if cwd else None,
+        )  # fmt: skip
+    except SpawnError as exc:
+        fail(str(exc))
+    if as_json:
+        emit(describe(spawned))
+    else:
+        typer.echo(f"spawned {spawned.agent_id} in tmux pane {spawned.pane_id}")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from flows.cli.output import JsonFlag, emit, fail, seconds_check, start_run
+from flows.cli.output import JsonFlag, emit, fail, seconds_check
 
 plan_app = typer.Typer(help="Plan approvals: request, list, approve, deny.", no_args_is_help=True)
 
@@ -35,31 +35,24 @@ def plan_request(
     as_json: JsonFlag = False,
 ) -> None:
     """Asks the lead to approve a plan: starts a plan-approval run (needs `teamflow up`)."""
-    from models import approval
+    from flows.decisions import start_plan_request
+    from flows.runner import RunnerError
     from models.team_settings import ApprovalError
 
     try:
-        revision = approval.check_request(
-            team_name, member, previous_request_id=revises, policy=policy
+        started = start_plan_request(
+            team_name, member, plan, summary, revises=revises, timeout=timeout, policy=policy
         )
     except ApprovalError as exc:
         fail(str(exc))
-    request_id = approval.new_plan_id()
-    run = start_run(
-        "plan-approval/plan-approval",
-        {
-            "team": team_name, "member": member, "plan": plan, "summary": summary,
-            "request_id": request_id, "previous_request_id": revises, "timeout_s": timeout,
-            "policy": policy,
-        },
-        tags=[f"team:{team_name}", f"member:{member}"],
-        name=f"plan of {member}@{team_name}",
-    )  # fmt: skip
+    except RunnerError as exc:
+        fail(f"cannot start the plan-approval run: {exc}")
+    run = started.run
     if as_json:
-        emit({"requestId": request_id, "revision": revision, "flowRunId": str(run.id),
-              "url": run.url})  # fmt: skip
+        emit({"requestId": started.request_id, "revision": started.revision,
+              "flowRunId": str(run.id), "url": run.url})  # fmt: skip
     else:
-        typer.echo(f"plan {request_id} of {member} waits for a decision: {run.url}")
+        typer.echo(f"plan {started.request_id} of {member} waits for a decision: {run.url}")
 
 
 @plan_app.command("list")
@@ -83,26 +76,17 @@ def plan_list(
 
 
 def _decide(request_id: str, approve: bool, feedback: str | None, decider: str | None) -> None:
-    from models import approval
-    from models import team as teams
+    from flows.decisions import decide_plan
     from models.team_settings import ApprovalError
 
     try:
-        request = approval.get_request(request_id)
-        if request.flow_run_id and request.is_open:
-            # Imported before deciding, so the resume follows the decision at once.
-            import prefect.flow_runs  # noqa: F401
-        decider = decider or teams.settings_of(request.team).lead
-        row = approval.decide(request_id, approve=approve, decider=decider, feedback=feedback)
+        decided = decide_plan(request_id, approve=approve, feedback=feedback, decider=decider)
     except ApprovalError as exc:
         fail(str(exc))
-    typer.echo(f"plan {row.request_id} of {row.member} {row.status} by {decider}")
-    if row.flow_run_id:
-        from flows.plan_approval import resume_with_decision
-
-        note = resume_with_decision(row.flow_run_id, approve, feedback, decider)
-        if note:
-            typer.echo(f"teamflow: note: {note}", err=True)
+    row = decided.request
+    typer.echo(f"plan {row.request_id} of {row.member} {row.status} by {decided.decider}")
+    if decided.note:
+        typer.echo(f"teamflow: note: {decided.note}", err=True)
 
 
 @plan_app.command("approve")

@@ -1,7 +1,7 @@
 """Which runtime a member's `runtime` config asks for, by its `kind`.
 
 Above `flows.runtimes` (the step types every runtime shares) and its runtimes
-(`scripted`, `command`, `openai`), which import those types.
+(`scripted`, `command`, `openai`, `mcp`: an outside member), which import those types.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 from flows.runtimes import AgentRuntime
 from flows.runtimes.command import CommandRuntime
 from flows.runtimes.openai import OpenAIRuntime
+from flows.runtimes.outside import OutsideRuntime
 from flows.runtimes.scripted import ScriptedRuntime
 
 
@@ -27,10 +28,12 @@ def runtime_for(config: dict[str, Any] | None) -> AgentRuntime:
         return CommandRuntime.from_config(config)
     if kind == "openai":
         return OpenAIRuntime.from_config(config)
-    raise ValueError(f"unknown runtime kind {kind!r}: use scripted, command or openai")
+    if kind == "mcp":
+        return OutsideRuntime.from_config(config)
+    raise ValueError(f"unknown runtime kind {kind!r}: use scripted, command, openai or mcp")
 
 
-KINDS = ("scripted", "command", "openai")
+KINDS = ("scripted", "command", "openai", "mcp")
 
 KIND_KEYS = {
     "scripted": ("playbook",),
@@ -39,6 +42,7 @@ KIND_KEYS = {
         "base_url", "model", "api_key_env", "api_key_secret", "timeout", "temperature",
         "max_tokens", "json_mode", "instructions",
     ),
+    "mcp": (),
 }  # fmt: skip
 """The keys of a runtime config that belong to its kind; the others
 (`flows.runtimes.MEMBER_KEYS`) are the member's, whatever runtime runs it."""
