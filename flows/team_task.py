@@ -845,7 +845,7 @@ def close(info: dict[str, Any], works: list[Work], ok: bool) -> None:
     """In one transaction: each member's metrics and experience log, the task closed
     (completed, or archived when a member failed), and the lead told: an
     `idle_notification` per member, and a message for each failure."""
-    from models.inbox import IdleNotification
+    from models.inbox_message import IdleNotification
 
     team = info["team"]
     with session_scope() as s:

@@ -10,7 +10,8 @@ checks that no import, lazy ones included, closes a circle):
    templates and filling them in)
 4. `task`, `memory` (what agents remember; full-text and vector search)
 5. `notification`, `dependencies` (tasks blocked by tasks)
-6. `inbox`
+6. `inbox_message` (the `004` entry and typed payloads on the wire), `inbox_table` (the rows
+   and each inbox's counter), `inbox_files` (the `004` inbox files, both ways), `inbox` (the store)
 7. `approval`, `shutdown`, `alert`, `status`
 8. `presence` (team state, heartbeats; tells the lead of status changes), `plan_timeout`
    (the timeout policy of plan approvals, on teamflow's clock), `project` (projects, their

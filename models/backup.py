@@ -36,14 +36,9 @@ from sqlmodel import Session
 from models import limits, mirror
 from models.base import UTCDateTime, check_member_name, check_team_name, utcnow
 from models.db import session_scope
-from models.inbox import (
-    InboxCounter,
-    InboxError,
-    InboxMessage,
-    InboxRow,
-    check_text,
-    refresh_file,
-)
+from models.inbox_files import refresh_file
+from models.inbox_message import InboxError, InboxMessage, check_text
+from models.inbox_table import InboxCounter, InboxRow
 from models.knowledge import (
     ContextRow,
     MemoryRow,

@@ -65,9 +65,11 @@ FORMATS: dict[str, Format] = {
         Format("003/message", "003 conversation message", "models.agent:ConversationMessage"),
         Format("004/config", "004 team config.json", "models.team:TeamConfig"),
         Format("004/member", "004 team member", "models.team:TeamMember"),
-        Format("004/inbox", "004 inbox file", "models.inbox:InboxMessage", many=True),
-        Format("004/inbox-entry", "004 inbox message", "models.inbox:InboxMessage"),
-        Format("004/team-message", "004 typed team message", "models.inbox:TeamPayloadAdapter"),
+        Format("004/inbox", "004 inbox file", "models.inbox_message:InboxMessage", many=True),
+        Format("004/inbox-entry", "004 inbox message", "models.inbox_message:InboxMessage"),
+        Format(
+            "004/team-message", "004 typed team message", "models.inbox_message:TeamPayloadAdapter"
+        ),
         Format("004/task-status", "004 task-status.json", "models.task:TaskStatus"),
     ]
 }

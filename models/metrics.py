@@ -30,7 +30,7 @@ from models.agent import AgentStateHistoryRow
 from models.alert import AlertFiring
 from models.approval import SYSTEM, PlanApproval
 from models.base import UTCDateTime
-from models.inbox import InboxRow
+from models.inbox_table import InboxRow
 from models.task import TaskMetricsRow, TaskRow, TaskStatusRow
 from models.team import Member, Team, TeamError, check_team_name
 

@@ -19,7 +19,7 @@ flags set) are taken into the database before the file is written again.
 Writers that take no lock (`jq ... f > f.tmp && mv f.tmp f`) are covered too: a new version
 is put in place with `renameat2(RENAME_EXCHANGE)` (`swap_in`), which hands back the file it
 replaced, so the caller can take in a file moved there after it read (see
-`models.inbox.refresh_file` for the argument).
+`models.inbox_files.refresh_file` for the argument).
 """
 
 from __future__ import annotations
@@ -248,7 +248,7 @@ def write_state(path: Path, state: FileState) -> None:
     # Not truncated either: on ext4, truncating a file whose last version is still being
     # written back waits for the disk, and every append would. The new state is written
     # over the old one, padded with spaces to its length (JSON allows them); a reader that
-    # takes no lock (`models.inbox._written_at`) may read a mix of the two, which its
+    # takes no lock (`models.inbox_files._written_at`) may read a mix of the two, which its
     # checksum refuses.
     fields = state.__dict__
     data = json.dumps({**fields, "check": _checksum(fields)}).encode()

@@ -9,7 +9,7 @@ import models.agent
 import models.alert
 import models.approval
 import models.dependencies
-import models.inbox
+import models.inbox_table
 import models.knowledge
 import models.shutdown
 import models.task

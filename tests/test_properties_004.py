@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from sqlmodel import Session, delete, select
 
 from models import db
-from models.inbox import InboxMessage, InboxRow, TeamPayloadAdapter
+from models.inbox_message import InboxMessage, TeamPayloadAdapter
+from models.inbox_table import InboxRow
 from models.team import Member, Team, TeamConfig
 
 SETTINGS = settings(

@@ -11,7 +11,8 @@ from pydantic import TypeAdapter, ValidationError
 from sqlmodel import Session, select
 
 from models import db
-from models.inbox import InboxMessage, InboxRow, TeamPayloadAdapter
+from models.inbox_message import InboxMessage, TeamPayloadAdapter
+from models.inbox_table import InboxRow
 from models.team import Member, Team, TeamConfig, TeamMember
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -72,10 +72,10 @@ def sync(
     JSON is refused with one line each on stderr, the rest taken in, the file kept as
     `{member}.json.bad-{time}`; the exit code is then 1.
     """
-    from models import inbox
+    from models import inbox_files
 
     refused: dict[str, list[str]] = {}
-    report = inbox.sync(team_name, refused)
+    report = inbox_files.sync(team_name, refused)
     if as_json:
         emit(
             {
