@@ -279,6 +279,7 @@ def median_time(call: Callable[[], object], runs: int) -> float:
 
 
 def measure(team: str, runs: int, now: datetime) -> list[dict]:
+    from models import inbox
     from models import metrics as m
 
     week = now - timedelta(days=7)
@@ -305,7 +306,7 @@ def measure(team: str, runs: int, now: datetime) -> list[dict]:
             seconds = median_time(lambda q=query, s=since: q(s), runs)
             results.append({"query": name, "window": label, "seconds": seconds,
                             "target_s": TARGET_QUERY_S})  # fmt: skip
-    unread = median_time(lambda: m.unread_count(team, MEMBERS[0]), runs * 20)
+    unread = median_time(lambda: inbox.unread_count(team, MEMBERS[0]), runs * 20)
     results.append({"query": "unread_count (one member)", "window": "now",
                     "seconds": unread, "target_s": TARGET_UNREAD_MS / 1000})  # fmt: skip
     for label, args in (("all", []), ("7d", ["--since", "7d"])):

@@ -576,16 +576,6 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     return frame.sort_values(["team", "member"], ignore_index=True)
 
 
-def unread_count(team: str, member: str, *, url: str | None = None) -> int:
-    """One member's unread messages (an index-only count)."""
-    I = InboxRow  # noqa: E741
-    stmt = sa.select(sa.func.count()).where(
-        I.team == team, I.recipient == member, I.read == sa.false()
-    )
-    with _reading(url) as conn:
-        return conn.execute(stmt).scalar_one()
-
-
 # --- alerts ----------------------------------------------------------------------------------
 
 

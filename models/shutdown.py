@@ -218,18 +218,6 @@ def _get_shutdown(session: Session, request_id: str) -> Shutdown:
     return row
 
 
-def list_shutdowns(team: str, *, session: Session | None = None) -> list[Shutdown]:
-    """A team's shutdown requests, oldest first."""
-    with session_scope(session) as s:
-        return list(
-            s.exec(
-                select(Shutdown)
-                .where(Shutdown.team == team)
-                .order_by(Shutdown.requested_at, Shutdown.request_id)
-            )
-        )
-
-
 def answer_shutdown(
     request_id: str,
     *,
