@@ -61,25 +61,12 @@ from flows.runtimes.kinds import runtime_for
 from flows.scope import READ_KNOWLEDGE, StepScope, read_knowledge, step_scope
 from models import inbox, presence
 from models import team as teams
-from models.agent import (
-    ChimeraResponse,
-    ConversationMessage,
-    append_message,
-    load_conversation,
-)
 from models.base import utcnow
+from models.chimera_response import ChimeraResponse
+from models.conversation import ConversationMessage, append_message, load_conversation
 from models.db import session_scope
-from models.task import (
-    ExecutionStatus,
-    TaskMetricsRow,
-    TaskState,
-    append_output,
-    get_task,
-    member_files,
-    move_task,
-    record_metrics,
-    set_member_status,
-)
+from models.task import TaskMetricsRow, TaskState, get_task, move_task, record_metrics
+from models.task_status import ExecutionStatus, append_output, member_files, set_member_status
 from models.tool import ToolResult
 
 FLOW_NAME = "team-task"

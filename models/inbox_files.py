@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import ValidationError
 
-from models import db, mirror
+from models import db, file_swap, mirror
 from models.base import format_js_timestamp
 from models.db import session_scope
 from models.inbox_message import InboxError, InboxMessage, check_text
@@ -97,7 +97,7 @@ def refresh_file(
     file never makes a send fail, or the next ones.
 
     An append costs O(new entries): they go into the spare copy, which is swapped in
-    (`mirror.append_to_spare`); the file is written whole only after a change that is no
+    (`file_swap.append_to_spare`); the file is written whole only after a change that is no
     append (read flags), an outside change, a repair, or when the spare cannot be used (a
     reader still has it open). Sends from several processes are grouped: each commits its
     row, then waits for the lock; whoever holds it writes every entry committed so far, and
@@ -109,8 +109,8 @@ def refresh_file(
     - Under the lock, teamflow opens the file and keeps it open. If it is not the version
       teamflow last wrote (`.state`: inode, size, mtime), its entries are taken into the
       database first, read through that descriptor.
-    - The new version is swapped in with `renameat2(RENAME_EXCHANGE)` (`mirror.swap_in`,
-      or `mirror.append_to_spare`),
+    - The new version is swapped in with `renameat2(RENAME_EXCHANGE)` (`file_swap.swap_in`,
+      or `file_swap.append_to_spare`),
       which hands back the file that was at the path at the moment of the swap instead of
       destroying it. If that is the file read (same inode, size, mtime), nothing came in
       between and it becomes the spare copy. Otherwise an outside writer moved its file in after
@@ -149,7 +149,7 @@ def refresh_file(
         return 0, 0  # without waiting for the lock, which the process writing it holds
     with mirror.inbox_lock(team):
         for _ in range(MAX_ROUNDS):
-            with mirror.snapshot(path) as snap:
+            with file_swap.snapshot(path) as snap:
                 state = mirror.read_state(path)
                 ours = snap is not None and state is not None and state.matches(snap.stat)
                 if ours and version is not None and state.version >= version:
@@ -173,7 +173,7 @@ def refresh_file(
                     swapped = None
                     if spare is not None and _appended_since(spare, seq, version):
                         after = _entries_after(*read, spare.seq)
-                        swapped = mirror.append_to_spare(path, spare, after)
+                        swapped = file_swap.append_to_spare(path, spare, after)
                     if swapped is None:
                         data = None
                         if ours and _appended_since(state, seq, version):
@@ -182,14 +182,14 @@ def refresh_file(
                                 data = mirror.append_bytes(old, _entries_after(*read, state.seq))
                         if data is None:
                             data = mirror.array_bytes(_entries_after(*read, 0))
-                        swapped = mirror.swap_in(path, data)
+                        swapped = file_swap.swap_in(path, data)
                 if snap is not None and snap.same_file(swapped.old_stat):
                     outside = None  # what was swapped out is the file read
                     kept = None
                     if bad:
-                        report(bad, mirror.set_aside(path, swapped.old, None))
+                        report(bad, file_swap.set_aside(path, swapped.old, None))
                     elif ours and swapped.written:  # a version teamflow wrote: the new spare
-                        if mirror.keep_as_spare(path, swapped.old):  # type: ignore[arg-type]
+                        if file_swap.keep_as_spare(path, swapped.old):  # type: ignore[arg-type]
                             kept = mirror.FileState.of(swapped.old_stat, state.seq, state.version)  # type: ignore[arg-type,union-attr]
                     else:
                         swapped.old.unlink()  # type: ignore[union-attr]
@@ -198,17 +198,17 @@ def refresh_file(
                     kept = None
                     if bad:
                         data = snap.read() if snap is not None else None
-                        report(bad, mirror.set_aside(path, None, data) if data else None)
+                        report(bad, file_swap.set_aside(path, None, data) if data else None)
                 if swapped.written:
                     state = mirror.FileState.of(swapped.stat, seq, version, kept)
                     mirror.write_state(path, state)
                 again = not swapped.written
             if outside is not None:
-                with mirror.snapshot(outside) as other:
+                with file_swap.snapshot(outside) as other:
                     entries, bad = read_entries(path, other.read(), other.error)  # type: ignore[union-attr]
                 again = take(entries) or again
                 if bad:
-                    report(bad, mirror.set_aside(path, outside, None))
+                    report(bad, file_swap.set_aside(path, outside, None))
                 else:
                     outside.unlink()
             if not again:

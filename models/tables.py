@@ -8,11 +8,16 @@ import models.base
 import models.agent
 import models.alert
 import models.approval
+import models.conversation
 import models.dependencies
 import models.inbox_table
 import models.knowledge
+import models.memory
+import models.project
+import models.prompt_template
 import models.shutdown
 import models.task
+import models.task_status
 import models.team
 import models.tool
 import models.watchdog

@@ -19,22 +19,17 @@ from sqlmodel import Session
 
 from models import backup, db, inbox, inbox_files, membership, presence, project
 from models import team as teams
-from models.agent import MessageRow
 from models.alert import Alert
 from models.approval import PlanApproval
 from models.backup import BackupError
+from models.conversation import MessageRow
 from models.dependencies import add_blockers
-from models.knowledge import ContextRow, ProjectRow
+from models.knowledge import ContextRow
+from models.project import ProjectRow
 from models.shutdown import Shutdown
 from models.tables import metadata
-from models.task import (
-    TaskAssigneeRow,
-    TaskMetricsRow,
-    TaskRow,
-    TaskStatus,
-    TaskStatusRow,
-    create_task,
-)
+from models.task import TaskAssigneeRow, TaskMetricsRow, TaskRow, create_task
+from models.task_status import TaskStatus, TaskStatusRow
 from models.team import TeamError
 
 pytestmark = pytest.mark.usefixtures("db_url")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from factories import TEAM, research_team
 
-from models import inbox, inbox_files, inbox_message, membership, mirror, presence
+from models import file_swap, inbox, inbox_files, inbox_message, membership, mirror, presence
 from models import team as teams
 from models.inbox_message import InboxError, PlanApprovalRequest
 from models.team import TeamError
@@ -550,7 +550,7 @@ def test_send_many_is_all_or_nothing(home: Path) -> None:
 def test_without_rename_exchange_the_old_file_is_moved_aside_and_nothing_is_lost(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mirror, "_renameat2", False)  # as where renameat2 is not supported
+    monkeypatch.setattr(file_swap, "_renameat2", False)  # as where renameat2 is not supported
     research_team()
     path = mirror.inbox_path(TEAM, "analyst-1")
     inbox.send(TEAM, to="analyst-1", sender="coordinator", text="one")

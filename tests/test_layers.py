@@ -6,7 +6,7 @@ resolved; `from models import mirror` is an edge to `models.mirror` when `mirror
 submodule, and to the package `models` otherwise.
 
 Fails on any cycle (naming its modules in order), on a `models.*` module importing
-`flows`, and on a `models.*` module importing `prefect`.
+`flows`, on a `models.*` module importing `prefect`, and on a module over 600 lines.
 """
 
 from __future__ import annotations
@@ -148,3 +148,19 @@ def test_models_never_import(forbidden: str) -> None:
     }
     offenders = {name: found for name, found in offenders.items() if found}
     assert not offenders, f"models importing {forbidden}: {offenders}"
+
+
+MAX_MODULE_LINES = 600
+SIZED_PACKAGES = ["models"]
+
+
+@pytest.mark.parametrize("package", SIZED_PACKAGES)
+def test_no_module_is_over_600_lines(package: str) -> None:
+    """One concept per module, short enough to read in one sitting."""
+    lines = {
+        name: len(path.read_text().splitlines())
+        for name, path in project_modules().items()
+        if name.split(".")[0] == package
+    }
+    too_long = {name: n for name, n in lines.items() if n > MAX_MODULE_LINES}
+    assert not too_long, f"modules over {MAX_MODULE_LINES} lines: {too_long}"

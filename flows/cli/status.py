@@ -21,7 +21,7 @@ def log(
 ) -> None:
     """A member's conversation in the console format of seed 003."""
     from flows.render import render
-    from models.agent import conversations_of
+    from models.conversation import conversations_of
     from models.db import session_scope
     from models.team import get_member
 
