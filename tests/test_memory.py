@@ -227,7 +227,7 @@ def test_search_filters_by_type_and_limit(team: str) -> None:
 def test_full_text_finds_what_the_agent_may_see_behind_better_matches_it_may_not(
     team: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store, "CANDIDATES", 2)  # SQLite looks up the best 4 matches first
+    monkeypatch.setattr(memory_search, "CANDIDATES", 2)  # SQLite looks up the best 4 matches first
     hidden = {
         store.add(team, "analyst-1", memory_type="knowledge", content="budget budget budget")
         .memory_id for _ in range(5)
