@@ -136,7 +136,7 @@ def _timing(runs: list[Any]) -> dict[str, Any]:
 def _step_latencies(conversation: list[Any], sleep: float) -> list[float]:
     """Each step's wall time beyond its tool's sleep (see the module docstring); every step
     but the last naps."""
-    from models.agent import ConversationRole
+    from models.conversation import ConversationRole
 
     ends = [m.timestamp for m in conversation if m.role is ConversationRole.ASSISTANT]
     starts = [conversation[0].timestamp, *ends[:-1]] if conversation else []
@@ -149,10 +149,10 @@ def _records(names: list[str], task_ids: dict[str, str], sleep: float) -> dict[s
     import sqlalchemy as sa
 
     from models import inbox
-    from models.agent import ConversationRole, load_conversation
+    from models.conversation import ConversationRole, load_conversation
     from models.db import session_scope
     from models.task import list_tasks
-    from models.team import agent_id
+    from models.team_config import agent_id
     from models.tool import FeedbackRow
 
     with session_scope() as s:

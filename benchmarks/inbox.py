@@ -305,8 +305,8 @@ def concurrent(team: str, count: int, processes: int, work: Path) -> Result:
 
 def large_inbox(team: str, size: int, unread: int) -> Path:
     """Fills analyst-1's inbox with `size` messages, `unread` of them unread, and its file."""
-    from models import db, inbox, mirror
-    from models.inbox import InboxCounter, InboxRow
+    from models import db, inbox, inbox_files, mirror
+    from models.inbox_table import InboxCounter, InboxRow
 
     inbox.mark_read(team, "analyst-1")  # the system prompt: the unread ones are ours alone
     step = max(size // max(unread, 1), 1)
@@ -354,7 +354,7 @@ def large_inbox(team: str, size: int, unread: int) -> Path:
         # and reads the whole inbox for the unread query (about 15 ms here).
         with db.engine().connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
             conn.exec_driver_sql("VACUUM ANALYZE inbox_messages")
-    inbox.refresh_file(team, "analyst-1")
+    inbox_files.refresh_file(team, "analyst-1")
     return mirror.inbox_path(team, "analyst-1")
 
 

@@ -9,7 +9,7 @@ vocabulary of 5,000 words with Zipf-like frequencies, a random importance and a 
 `--dim`-d embedding (the JSON array and its float32 bytes, `memories.vector`). Rows are
 bulk-inserted (executemany on SQLite, COPY on PostgreSQL); the FTS5 triggers (SQLite) and
 the generated `tsvector` column (PostgreSQL) index them, and the team's memories get a new
-version, as the store's writes would. Then it times `models.memory.search` as a random
+version, as the store's writes would. Then it times `models.memory_search.search` as a random
 member:
 
 - full text: `--runs` queries of 2-3 words of middling frequency, no embedder;
@@ -74,7 +74,7 @@ def generate(count: int, dim: int) -> None:
     import numpy as np
 
     from models import db, membership
-    from models.knowledge import memories_changed
+    from models.memory import memories_changed
 
     membership.create_team(TEAM, description="memory benchmark", lead=MEMBERS[0])
     for name in MEMBERS[1:]:
@@ -152,7 +152,7 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 def measure(runs: int, dim: int) -> dict[str, dict]:
-    from models import memory
+    from models import memory_search
 
     vocab = words()
     rng = random.Random(5)
@@ -165,7 +165,7 @@ def measure(runs: int, dim: int) -> dict[str, dict]:
             query = " ".join(rng.sample(middling, rng.randint(2, 3)))
             agent = rng.choice(MEMBERS)
             started = time.perf_counter()
-            found = memory.search(TEAM, query, agent=agent, limit=10, embedder=embedder)
+            found = memory_search.search(TEAM, query, agent=agent, limit=10, embedder=embedder)
             times.append(time.perf_counter() - started)
             hits.append(len(found))
         return times, hits
@@ -174,7 +174,7 @@ def measure(runs: int, dim: int) -> dict[str, dict]:
     results["full text"] = {**percentiles(times), "mean_hits": statistics.mean(hits)}
     embedder = RandomEmbedder(dim)
     started = time.perf_counter()
-    memory.search(TEAM, "warm up", agent=MEMBERS[1], embedder=embedder)
+    memory_search.search(TEAM, "warm up", agent=MEMBERS[1], embedder=embedder)
     warm = time.perf_counter() - started
     times, hits = timed(embedder)
     results["full text + vectors"] = {**percentiles(times), "mean_hits": statistics.mean(hits),
@@ -191,14 +191,14 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with environment(args.postgres) as label:
-        from models import memory
+        from models import memory_search
 
         print("generating...", file=sys.stderr)
         started = time.perf_counter()
         generate(args.memories, args.dim)
         generated_s = time.perf_counter() - started
         results = measure(args.runs, args.dim)
-        pgvector = memory.pgvector_installed()
+        pgvector = memory_search.pgvector_installed()
     report = {
         "database": label,
         "memories": args.memories,

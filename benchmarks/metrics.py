@@ -279,6 +279,7 @@ def median_time(call: Callable[[], object], runs: int) -> float:
 
 
 def measure(team: str, runs: int, now: datetime) -> list[dict]:
+    from models import approval_metrics, inbox
     from models import metrics as m
 
     week = now - timedelta(days=7)
@@ -288,12 +289,12 @@ def measure(team: str, runs: int, now: datetime) -> list[dict]:
         ("work_over_time (day)", lambda s: m.work_over_time(team, s, freq="day")),
         ("throughput (hour)", lambda s: m.throughput(team, s, freq="hour")),
         ("tasks_by_status", lambda s: m.tasks_by_status(team, s)),
-        ("approvals", lambda s: m.approvals(team, s)),
-        ("approval_waits", lambda s: m.approval_waits(team, s)),
-        ("approval_outcomes", lambda s: m.approval_outcomes(team, s)),
-        ("approval_deciders", lambda s: m.approval_deciders(team, s)),
-        ("approval_revisions", lambda s: m.approval_revisions(team, s)),
-        ("approval_timeouts", lambda s: m.approval_timeouts(team, s)),
+        ("approvals", lambda s: approval_metrics.approvals(team, s)),
+        ("approval_waits", lambda s: approval_metrics.approval_waits(team, s)),
+        ("approval_outcomes", lambda s: approval_metrics.approval_outcomes(team, s)),
+        ("approval_deciders", lambda s: approval_metrics.approval_deciders(team, s)),
+        ("approval_revisions", lambda s: approval_metrics.approval_revisions(team, s)),
+        ("approval_timeouts", lambda s: approval_metrics.approval_timeouts(team, s)),
         ("unread_backlog", lambda s: m.unread_backlog(team)),
         ("alert_lateness", lambda s: m.alert_lateness(team, s)),
         ("liveness", lambda s: m.liveness(team, s)),
@@ -305,7 +306,7 @@ def measure(team: str, runs: int, now: datetime) -> list[dict]:
             seconds = median_time(lambda q=query, s=since: q(s), runs)
             results.append({"query": name, "window": label, "seconds": seconds,
                             "target_s": TARGET_QUERY_S})  # fmt: skip
-    unread = median_time(lambda: m.unread_count(team, MEMBERS[0]), runs * 20)
+    unread = median_time(lambda: inbox.unread_count(team, MEMBERS[0]), runs * 20)
     results.append({"query": "unread_count (one member)", "window": "now",
                     "seconds": unread, "target_s": TARGET_UNREAD_MS / 1000})  # fmt: skip
     for label, args in (("all", []), ("7d", ["--since", "7d"])):

@@ -277,7 +277,7 @@ class Lead(threading.Thread):
         """An idle scripted agent agrees to shut down, as a member would: its answer goes to
         the lead's inbox as `shutdown_approved`."""
         from models import inbox
-        from models.inbox import ShutdownApproved
+        from models.inbox_message import ShutdownApproved
 
         for name in ("analyst-1", "analyst-2"):
             try:

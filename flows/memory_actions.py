@@ -29,7 +29,8 @@ from __future__ import annotations
 from typing import Any
 
 from models import memory as store
-from models.knowledge import MemoryScope, MemoryType
+from models import memory_search
+from models.memory import MemoryScope, MemoryType
 from models.tool import ToolResult, schema_errors
 
 __all__ = [
@@ -68,7 +69,7 @@ RECALL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "query": {"type": "string", "minLength": 1},
-        "limit": {"type": "integer", "minimum": 1, "maximum": store.MAX_LIMIT},
+        "limit": {"type": "integer", "minimum": 1, "maximum": memory_search.MAX_LIMIT},
         "memory_type": {"enum": [t.value for t in MemoryType]},
     },
     "required": ["query"],
@@ -158,7 +159,7 @@ def _recall(team: str, member: str, params: dict[str, Any], relics: list[str] | 
                 f"(knowledge_relics: {named})",
             )
         wanted = wanted or allowed
-    found = store.search(
+    found = memory_search.search(
         team,
         params["query"],
         agent=member,

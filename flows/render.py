@@ -22,9 +22,9 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from models.agent import ConversationMessage, ConversationRole
 from models.base import format_timestamp
-from models.team import ANSI, Color
+from models.conversation import ConversationMessage, ConversationRole
+from models.team_config import ANSI, Color
 
 SYSTEM, USER, ASSISTANT, CLOCK = "🧠", "👤", "🤖", "🕐"
 TOOL, POST, FINISH = "🔧", "💬", "✅"

@@ -22,10 +22,10 @@ enforces it where it executes the step's actions:
   (`flows/memory_actions.py`); under a block naming none, a step recalls nothing.
 - The internal action `read_knowledge` (`{"knowledge_id": ...}`) gives back a Knowledge
   Entry; under a block, only one the block names.
-- `security_level` is one of `public < user < admin` (`models.agent.SecurityLevel`; the wire
-  refuses others). The seeds give resources and knowledge no level, so the level does not
-  gate them one by one; it is capped by the member: a step may not claim more than the
-  member's `runtime.security_level` (default `user`), else the step fails.
+- `security_level` is one of `public < user < admin` (`models.chimera_response.SecurityLevel`;
+  the wire refuses others). The seeds give resources and knowledge no level, so the level
+  does not gate them one by one; it is capped by the member: a step may not claim more than
+  the member's `runtime.security_level` (default `user`), else the step fails.
 
 Nothing here imports Prefect.
 """
@@ -43,16 +43,16 @@ from sqlmodel import Session
 from flows.memory_actions import is_memory_relic, relic_errors
 from flows.runtimes import StepError
 from flows.tools import written_paths
-from models.agent import ActionContext, SecurityLevel
+from models.chimera_response import ActionContext, SecurityLevel
 from models.knowledge import (
     ContextResource,
     KnowledgeError,
-    MemoryType,
     ResourceType,
     get_knowledge,
     knowledge_ids,
     list_resources,
 )
+from models.memory import MemoryType
 from models.tool import ToolDefinition, ToolResult
 
 __all__ = [

@@ -25,7 +25,7 @@ from prefect import flow, get_run_logger, task
 from prefect.context import FlowRunContext
 
 from flows.plan_approval import tag_run
-from models import inbox, mirror, shutdown
+from models import inbox_files, mirror, shutdown
 from models.base import utcnow
 from models.shutdown import Shutdown, ShutdownStatus
 
@@ -142,7 +142,7 @@ def poll(request_id: str) -> tuple[Shutdown, bool, str | None]:
     row = shutdown.get_shutdown(request_id)
     refused: list[str] = []
     if mirror.changed_outside(mirror.inbox_path(row.team, row.requested_by)):
-        inbox.refresh_file(row.team, row.requested_by, refused)
+        inbox_files.refresh_file(row.team, row.requested_by, refused)
     problem = refused[0] if refused else None
     row = shutdown.take_answers(request_id)
     finished = row.status == ShutdownStatus.REFUSED and shutdown.task_finished_since(

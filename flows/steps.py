@@ -40,15 +40,11 @@ from flows.scope import READ_KNOWLEDGE, StepScope, read_knowledge, step_scope
 from flows.tool_action import async_action, run_tool
 from models import inbox, presence
 from models import team as teams
-from models.agent import (
-    ChimeraResponse,
-    ConversationMessage,
-    append_message,
-    load_conversation,
-)
 from models.base import utcnow
+from models.chimera_response import ChimeraResponse
+from models.conversation import ConversationMessage, append_message, load_conversation
 from models.db import session_scope
-from models.task import ExecutionStatus, append_output, member_files, set_member_status
+from models.task_status import ExecutionStatus, append_output, member_files, set_member_status
 from models.tool import ToolResult
 
 RESULT_WAIT_S = 0.2  # how often a step waiting for an ASYNC result looks at the inbox

@@ -35,7 +35,8 @@ from models import schedule
 from models.alert import record_firing
 from models.base import utcnow
 from models.db import session_scope
-from models.inbox import MessageType, send
+from models.inbox import send
+from models.inbox_message import MessageType
 from models.notification import AlertType, SystemAlertPayload
 from models.team import list_members
 

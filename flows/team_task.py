@@ -49,14 +49,8 @@ from models import inbox
 from models import team as teams
 from models.base import utcnow
 from models.db import session_scope
-from models.task import (
-    TaskMetricsRow,
-    TaskState,
-    get_task,
-    member_files,
-    move_task,
-    record_metrics,
-)
+from models.task import TaskMetricsRow, TaskState, get_task, move_task, record_metrics
+from models.task_status import member_files
 
 FLOW_NAME = "team-task"
 DEFAULT_MAX_STEPS = 25
@@ -186,7 +180,7 @@ def close(info: dict[str, Any], works: list[Work], ok: bool) -> None:
     """In one transaction: each member's metrics and experience log, the task closed
     (completed, or archived when a member failed), and the lead told: an
     `idle_notification` per member, and a message for each failure."""
-    from models.inbox import IdleNotification
+    from models.inbox_message import IdleNotification
 
     team = info["team"]
     with session_scope() as s:

@@ -19,7 +19,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.runner import task_run_tags
 from models import inbox
-from models.task import append_output, member_files
+from models.task_status import append_output, member_files
 from models.tool import ToolResult
 
 

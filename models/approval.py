@@ -22,7 +22,8 @@ from sqlmodel import Field, Session, SQLModel, select
 
 from models.base import format_timestamp, utc_column, utcnow
 from models.db import session_scope
-from models.inbox import PlanApprovalRequest, PlanApprovalResponse, send_payload
+from models.inbox import send_payload
+from models.inbox_message import PlanApprovalRequest, PlanApprovalResponse
 from models.team import Member, get_member, get_team
 from models.team_settings import (
     SECONDS_RANGE,

@@ -36,26 +36,17 @@ from sqlmodel import Session
 from models import limits, mirror
 from models.base import UTCDateTime, check_member_name, check_team_name, utcnow
 from models.db import session_scope
-from models.inbox import (
-    InboxCounter,
-    InboxError,
-    InboxMessage,
-    InboxRow,
-    check_text,
-    refresh_file,
-)
-from models.knowledge import (
-    ContextRow,
-    MemoryRow,
-    ProjectDefinition,
-    ProjectRow,
-    memories_changed,
-    vector_bytes,
-)
+from models.inbox_files import refresh_file
+from models.inbox_message import InboxError, InboxMessage, check_text
+from models.inbox_table import InboxCounter, InboxRow
+from models.knowledge import ContextRow
 from models.limits import LimitError, loads_json, read_capped
 from models.membership import delete_team
+from models.memory import MemoryRow, memories_changed, vector_bytes
+from models.project import ProjectDefinition, ProjectRow
 from models.tables import clear_rows, metadata, team_rows
-from models.team import Member, Team, TeamConfig, TeamError, _write_config, config_of, get_team
+from models.team import Member, Team, TeamError, _write_config, config_of, get_team
+from models.team_config import TeamConfig
 from models.wire_support import error_lines
 
 DUMP = "teamflow-backup.json"

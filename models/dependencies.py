@@ -30,7 +30,8 @@ from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel
 
 from models.base import utcnow
-from models.task import TaskError, TaskRow, TaskState, TaskStatusRow
+from models.task import TaskError, TaskRow, TaskState
+from models.task_status import TaskStatusRow
 from models.team import Member, get_team
 
 FAILED_BLOCKER = "blocked by task {id}, which failed"

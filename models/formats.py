@@ -44,11 +44,15 @@ FORMATS: dict[str, Format] = {
     f.name: f
     for f in [
         Format("000/context", "000 Context", "models.knowledge:Context"),
-        Format("000/prompt-template", "000 LLM Prompt Template", "models.knowledge:PromptTemplate"),
+        Format(
+            "000/prompt-template",
+            "000 LLM Prompt Template",
+            "models.prompt_template:PromptTemplate",
+        ),
         Format("000/tool-definition", "000 Tool Definition", "models.tool:ToolDefinition"),
         Format("000/feedback", "000 Feedback", "models.tool:Feedback"),
         Format("000/message", "000 Message", "models.notification:Message"),
-        Format("000/project", "000 Project Definition", "models.knowledge:ProjectDefinition"),
+        Format("000/project", "000 Project Definition", "models.project:ProjectDefinition"),
         Format(
             "000/agent-configuration", "000 Agent Configuration", "models.agent:AgentConfiguration"
         ),
@@ -59,18 +63,28 @@ FORMATS: dict[str, Format] = {
         Format("001/task", "001 Task", "models.task:Task"),
         Format("001/notification", "001 Notification", "models.notification:NotificationAdapter"),
         Format("001/tool-result", "001 ToolResult", "models.tool:ToolResult"),
-        Format("001/memory", "001 Memory object", "models.knowledge:Memory"),
+        Format("001/memory", "001 Memory object", "models.memory:Memory"),
         Format("001/api-success", "001 API success response", "models.api:SuccessResponse"),
         Format("001/api-error", "001 API error response", "models.api:ErrorResponse"),
-        Format("002/agent-response", "002 Chimera agent response", "models.agent:ChimeraResponse"),
-        Format("003/conversation", "003 LLM conversation context", "models.agent:Conversation"),
-        Format("003/message", "003 conversation message", "models.agent:ConversationMessage"),
-        Format("004/config", "004 team config.json", "models.team:TeamConfig"),
-        Format("004/member", "004 team member", "models.team:TeamMember"),
-        Format("004/inbox", "004 inbox file", "models.inbox:InboxMessage", many=True),
-        Format("004/inbox-entry", "004 inbox message", "models.inbox:InboxMessage"),
-        Format("004/team-message", "004 typed team message", "models.inbox:TeamPayloadAdapter"),
-        Format("004/task-status", "004 task-status.json", "models.task:TaskStatus"),
+        Format(
+            "002/agent-response",
+            "002 Chimera agent response",
+            "models.chimera_response:ChimeraResponse",
+        ),
+        Format(
+            "003/conversation", "003 LLM conversation context", "models.conversation:Conversation"
+        ),
+        Format(
+            "003/message", "003 conversation message", "models.conversation:ConversationMessage"
+        ),
+        Format("004/config", "004 team config.json", "models.team_config:TeamConfig"),
+        Format("004/member", "004 team member", "models.team_config:TeamMember"),
+        Format("004/inbox", "004 inbox file", "models.inbox_message:InboxMessage", many=True),
+        Format("004/inbox-entry", "004 inbox message", "models.inbox_message:InboxMessage"),
+        Format(
+            "004/team-message", "004 typed team message", "models.inbox_message:TeamPayloadAdapter"
+        ),
+        Format("004/task-status", "004 task-status.json", "models.task_status:TaskStatus"),
     ]
 }
 

@@ -1,5 +1,6 @@
-"""What agents know and work in: `000` contexts, prompt templates, projects, resources and
-knowledge entries, and `001` memories; their wire schemas and their tables.
+"""What agents know and work in: `000` contexts, resources and knowledge entries; their wire
+schemas and their tables. (`000` prompt templates are `models.prompt_template`, projects
+`models.project`, `001` memories `models.memory`.)
 
 `000` calls its formats strict: every key of a template is required. A key whose absence has a
 meaning (a context at project level has no `thread_id`, a top context no `parent_context`) is
@@ -11,11 +12,6 @@ knowledge relics (see `flows/scope.py`); `create_knowledge`, `list_knowledge`,
 `update_knowledge` and `delete_knowledge` are `teamflow knowledge add`, `list`, `update` and
 `delete`. The stores of templates and projects are
 `models.prompt_template` and `models.project`.
-
-The `001` Memory object is a Weaviate object: only its id, type, content and scope are
-required; other keys may be left out, and one the wire writes as `null` stays `null` (the
-`memories` table records such keys in `explicit_nulls`), so a row gives back exactly the JSON
-it was built from.
 """
 
 import json
@@ -29,8 +25,6 @@ from typing import Annotated, Any, Self
 import sqlalchemy as sa
 from pydantic import (
     Field,
-    StrictFloat,
-    StrictInt,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -52,9 +46,6 @@ from models.wire_support import error_lines, row_values, wire_from_row
 
 Id = Annotated[str, Field(min_length=1)]
 """An identifier: any non-empty string."""
-
-Score = Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)]
-"""A JSON number from 0.0 to 1.0."""
 
 
 class ElmoStatus(StrEnum):
@@ -152,84 +143,6 @@ class ContextRow(SQLModel, table=True):
     def to_wire(self) -> Context:
         """The row as the `000` Context it was built from."""
         return wire_from_row(Context, self)
-
-
-# --- 000 LLM Prompt Template ---------------------------------------------------------------
-
-
-class PromptTemplate(SnakeWireModel):
-    """`000` LLM Prompt Template: a versioned prompt text with named variables."""
-
-    template_id: Id
-    version: StrictInt = Field(ge=0, le=2**31 - 1)
-    description: str
-    template: str = Field(description="The prompt text, with the variables to fill in")
-    variables: list[str] = Field(description="Names of the variables the template uses")
-    created_at: Timestamp
-    updated_at: Timestamp
-
-
-class PromptTemplateRow(SQLModel, table=True):
-    """A stored `000` LLM Prompt Template; one row per template id and version."""
-
-    __tablename__ = "prompt_templates"
-
-    template_id: str = SQLField(sa_column=sa.Column(sa.String, primary_key=True))
-    version: int = SQLField(sa_column=sa.Column(sa.Integer, primary_key=True))
-    description: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
-    template: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
-    variables: list = SQLField(sa_column=json_column(nullable=False))
-    created_at: datetime = SQLField(sa_column=utc_column(nullable=False))
-    updated_at: datetime = SQLField(sa_column=utc_column(nullable=False))
-
-    @classmethod
-    def from_wire(cls, wire: PromptTemplate) -> Self:
-        """A row holding `wire`."""
-        return cls(**row_values(wire))
-
-    def to_wire(self) -> PromptTemplate:
-        """The row as the `000` LLM Prompt Template it was built from."""
-        return wire_from_row(PromptTemplate, self)
-
-
-# --- 000 Project Definition ----------------------------------------------------------------
-
-
-class ProjectDefinition(SnakeWireModel):
-    """`000` Project Definition: a project, its status and its milestones."""
-
-    project_id: Id
-    name: str = Field(min_length=1)
-    description: str
-    created_at: Timestamp
-    updated_at: Timestamp
-    status: ElmoStatus
-    milestones: list[str] = Field(description="Milestone ids")
-    tags: list[str]
-
-
-class ProjectRow(SQLModel, table=True):
-    """A stored `000` Project Definition."""
-
-    __tablename__ = "projects"
-
-    project_id: str = SQLField(sa_column=sa.Column(sa.String, primary_key=True))
-    name: str = SQLField(sa_column=sa.Column(sa.String, nullable=False, index=True))
-    description: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
-    created_at: datetime = SQLField(sa_column=utc_column(nullable=False))
-    updated_at: datetime = SQLField(sa_column=utc_column(nullable=False))
-    status: str = SQLField(sa_column=sa.Column(sa.String(16), nullable=False, index=True))
-    milestones: list = SQLField(sa_column=json_column(nullable=False))
-    tags: list = SQLField(sa_column=json_column(nullable=False))
-
-    @classmethod
-    def from_wire(cls, wire: ProjectDefinition) -> Self:
-        """A row holding `wire`."""
-        return cls(**row_values(wire))
-
-    def to_wire(self) -> ProjectDefinition:
-        """The row as the `000` Project Definition it was built from."""
-        return wire_from_row(ProjectDefinition, self)
 
 
 # --- 000 Resource Definition ---------------------------------------------------------------
@@ -616,138 +529,3 @@ def list_knowledge(
         # Tags are a JSON list; filtering here reads the same on SQLite and PostgreSQL.
         entries = [row.to_wire() for row in s.exec(query)]
     return [e for e in entries if tag is None or tag in e.tags]
-
-
-# --- 001 Memory ----------------------------------------------------------------------------
-
-
-class MemoryType(StrEnum):
-    """`001` Memory Types."""
-
-    USER_PREFERENCE = "user_preference"
-    """User settings and preferences."""
-    USER_FACT = "user_fact"
-    """Facts about the user."""
-    CONVERSATION_CONTEXT = "conversation_context"
-    """Context from conversations."""
-    AGENT_PROCEDURE = "agent_procedure"
-    """Learned procedures for agents."""
-    KNOWLEDGE = "knowledge"
-    """General knowledge and facts."""
-    EVENT_PATTERN = "event_pattern"
-    """Recognized event patterns."""
-    ERROR_HANDLING = "error_handling"
-    """Error handling strategies."""
-    PROACTIVE_ACTION = "proactive_action"
-    """Proactive behavior patterns."""
-
-
-class MemoryScope(StrEnum):
-    """`001` Memory `scope`: one agent's memory, or shared by all."""
-
-    INDIVIDUAL = "individual"
-    SHARED = "shared"
-
-
-class Memory(SnakeWireModel):
-    """`001` Memory Object: something an agent remembers, with its embedding and weights."""
-
-    memory_id: uuid.UUID
-    memory_type: MemoryType
-    content: str
-    embedding: list[Annotated[StrictFloat, Field(allow_inf_nan=False)]] | None = Field(
-        default=None,
-        description="The content's embedding vector (768 numbers with nomic-embed-text)",
-    )
-    scope: MemoryScope
-    source: str | None = Field(default=None, description="Who or what the memory came from")
-    agent_id: str | None = Field(default=None, description="The agent the memory belongs to")
-    importance: Score | None = None
-    confidence: Score | None = None
-    tags: list[str] | None = None
-    related_memories: list[uuid.UUID] | None = Field(
-        default=None, description="memory_id of related memories"
-    )
-    created_at: Timestamp | None = None
-    updated_at: Timestamp | None = None
-    last_accessed: Timestamp | None = None
-    access_count: StrictInt | None = Field(default=None, ge=0, le=2**63 - 1)
-
-
-class MemoryRow(SQLModel, table=True):
-    """A stored `001` Memory (the embedding is a JSON array).
-
-    `team` is teamflow's own column (the wire has none): the team whose members may see the
-    memory (see `models.memory`). `vector` is the embedding again, as float32 little-endian
-    bytes (`vector_bytes`): what vector search loads (no JSON to parse); every write of
-    `embedding` writes it (`from_wire` does). On SQLite an FTS5 table
-    (`memories_fts`) and on PostgreSQL a generated `content_tsv` column index `content` for
-    full-text search; both are made by migration 0009 and kept out of this metadata (see
-    `models/migrations/env.py`).
-    """
-
-    __tablename__ = "memories"
-    __table_args__ = (
-        sa.Index("ix_memories_agent_type", "agent_id", "memory_type"),
-        sa.Index("ix_memories_team_updated", "team", "updated_at"),
-    )
-
-    memory_id: uuid.UUID = SQLField(sa_column=sa.Column(sa.Uuid, primary_key=True))
-    memory_type: str = SQLField(sa_column=sa.Column(sa.String(32), nullable=False, index=True))
-    content: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
-    embedding: list | None = SQLField(default=None, sa_column=json_column())
-    scope: str = SQLField(sa_column=sa.Column(sa.String(16), nullable=False, index=True))
-    source: str | None = SQLField(default=None, sa_column=sa.Column(sa.String))
-    agent_id: str | None = SQLField(default=None, sa_column=sa.Column(sa.String))
-    importance: float | None = SQLField(default=None, sa_column=sa.Column(sa.Float))
-    confidence: float | None = SQLField(default=None, sa_column=sa.Column(sa.Float))
-    tags: list | None = SQLField(default=None, sa_column=json_column())
-    related_memories: list | None = SQLField(default=None, sa_column=json_column())
-    created_at: datetime | None = SQLField(default=None, sa_column=utc_column())
-    updated_at: datetime | None = SQLField(default=None, sa_column=utc_column())
-    last_accessed: datetime | None = SQLField(default=None, sa_column=utc_column())
-    access_count: int | None = SQLField(default=None, sa_column=sa.Column(sa.BigInteger))
-    explicit_nulls: list | None = SQLField(default=None, sa_column=json_column())
-    team: str | None = SQLField(default=None, sa_column=sa.Column(sa.String(64)))
-    vector: bytes | None = SQLField(default=None, sa_column=sa.Column(sa.LargeBinary))
-
-    @classmethod
-    def from_wire(cls, wire: Memory) -> Self:
-        """A row holding `wire` (and its embedding's `vector`)."""
-        return cls(**row_values(wire), vector=vector_bytes(wire.embedding))
-
-    def to_wire(self) -> Memory:
-        """The row as the `001` Memory it was built from."""
-        return wire_from_row(Memory, self)
-
-
-def vector_bytes(embedding: list[float] | None) -> bytes | None:
-    """`embedding` as float32 little-endian bytes (`MemoryRow.vector`); None without one."""
-    if embedding is None:
-        return None
-    import numpy as np  # here: importing numpy costs a command line's start
-
-    return np.asarray(embedding, dtype="<f4").tobytes()
-
-
-class MemoryVersionRow(SQLModel, table=True):
-    """The version of a team's memories: a new random token at every write of one of them,
-    in the write's transaction (`memories_changed`). A process's cached vectors of the team
-    (`models.memory`) are good while the token they were loaded at is the stored one."""
-
-    __tablename__ = "memory_versions"
-
-    team: str = SQLField(sa_column=sa.Column(sa.String(64), primary_key=True))
-    version: str = SQLField(sa_column=sa.Column(sa.String(32), nullable=False))
-
-
-def memories_changed(session: Session, team: str) -> None:
-    """Gives `team`'s memories a new version; call it in every transaction that adds, changes
-    or deletes memories of `team` (their vectors, owner, scope or type)."""
-    session.execute(
-        sa.text(
-            "INSERT INTO memory_versions (team, version) VALUES (:team, :version) "
-            "ON CONFLICT (team) DO UPDATE SET version = excluded.version"
-        ),
-        {"team": team, "version": uuid.uuid4().hex},
-    )

@@ -14,16 +14,8 @@ from models.db import session_scope
 from models.inbox import create_inbox, send_system_init
 from models.mirror import mark
 from models.tables import clear_rows
-from models.team import (
-    LEAD_COLOR,
-    AgentType,
-    BackendType,
-    Member,
-    Team,
-    get_team,
-    insert_member,
-    insert_team,
-)
+from models.team import LEAD_COLOR, Member, Team, get_team, insert_member, insert_team
+from models.team_config import AgentType, BackendType
 
 
 def create_team(

@@ -1,4 +1,6 @@
-"""The memory store: what a team's agents remember (`001` Memory), and search over it.
+"""The memory store: what a team's agents remember (`001` Memory): its wire schema, its table
+and the functions that add, get, update and forget memories. Search over them is
+`models.memory_search`.
 
 Every memory belongs to a team (the `memories.team` column) and to the agent that made it
 (`agent_id`, `{name}@{team}` as in `004`). Visibility is enforced here, in every function:
@@ -14,70 +16,47 @@ Reading a memory (`get`, and each result of `search`) adds one to its `access_co
 `last_accessed`. Forgetting a memory removes its id from every other memory's
 `related_memories`, so no memory points at one that is gone.
 
-Search (`search`) ranks what the agent may see by
-
-    score = 0.6 * relevance + 0.25 * importance + 0.15 * recency
-
-- `relevance` (0..1): full-text relevance divided by the best full-text relevance among the
-  candidates (SQLite FTS5 `bm25`, PostgreSQL `ts_rank_cd`); with an embedder, the larger of
-  that and the cosine similarity of the query's and the memory's embeddings (clipped at 0).
-- `importance`: the memory's importance, 0.5 when it has none.
-- `recency` = 0.5 ** (age / 7 days), age since the memory was last read (`last_accessed`),
-  else last written: memories in use stay near the top (as in Park et al., Generative Agents).
-
-The query is plain words: a memory matching any of them is a candidate, one matching more
-and rarer words is more relevant (not an exact phrase). Candidates are the best
-`CANDIDATES` by full text plus, with an embedder, the best `CANDIDATES` by vector similarity.
-
-Vector search is exact: the team's embeddings (their float32 bytes, `MemoryRow.vector`) as
-one normalised float32 numpy matrix, cached per process and team and reloaded when the team's
-memories change: every write of a memory gives the team's memories a new version
-(`memories_changed`, in the write's transaction), and a search first reads that version (one
-row). pgvector is not used: `pgvector_installed` detects it, but this store searches exactly
-on both databases (the PostgreSQL here has no pgvector).
+The `001` Memory object is a Weaviate object: only its id, type, content and scope are
+required; other keys may be left out, and one the wire writes as `null` stays `null` (the
+`memories` table records such keys in `explicit_nulls`), so a row gives back exactly the JSON
+it was built from.
 """
 
 from __future__ import annotations
 
-import math
-import re
-import threading
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal, Self
 
 import sqlalchemy as sa
-from pydantic import ValidationError
-from sqlmodel import Session, select
+from pydantic import Field, StrictFloat, StrictInt, ValidationError
+from sqlmodel import Field as SQLField
+from sqlmodel import Session, SQLModel, select
 
-from models.base import utcnow
+from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
 from models.db import session_scope
 from models.embeddings import Embedder, EmbeddingError, check_vector, configured_embedder
-from models.knowledge import (
-    Memory,
-    MemoryRow,
-    MemoryScope,
-    MemoryType,
-    MemoryVersionRow,
-    memories_changed,
-)
-from models.team import TeamError, agent_id, get_member, get_team
-from models.wire_support import error_lines
+from models.team import TeamError, get_member, get_team
+from models.team_config import agent_id
+from models.wire_support import error_lines, row_values, wire_from_row
 
 __all__ = [
-    "CANDIDATES",
     "MAX_CONTENT",
-    "Found",
+    "Memory",
+    "MemoryRow",
+    "MemoryScope",
     "MemoryStoreError",
+    "MemoryType",
     "add",
     "forget",
     "get",
-    "pgvector_installed",
-    "search",
     "update",
 ]
+
+Score = Annotated[StrictFloat, Field(ge=0, le=1, allow_inf_nan=False)]
+"""A JSON number from 0.0 to 1.0."""
 
 MAX_CONTENT = 8000
 """The longest memory content, in characters."""
@@ -85,17 +64,6 @@ MAX_TAGS = 32
 MAX_TAG = 64
 MAX_RELATED = 64
 MAX_SOURCE = 256
-MAX_QUERY = 1000
-MAX_QUERY_WORDS = 32
-MAX_LIMIT = 100
-CANDIDATES = 200
-"""How many candidates each route (full text, vectors) hands to the ranking."""
-
-RELEVANCE_WEIGHT = 0.6
-IMPORTANCE_WEIGHT = 0.25
-RECENCY_WEIGHT = 0.15
-DEFAULT_IMPORTANCE = 0.5
-RECENCY_HALF_LIFE = timedelta(days=7)
 
 UPDATABLE = frozenset(
     {"memory_type", "content", "scope", "source", "importance", "confidence", "tags",
@@ -112,24 +80,139 @@ class MemoryStoreError(TeamError):
     """A refused memory operation; the message is one line for the user."""
 
 
-@dataclass(frozen=True)
-class Found:
-    """One search result: the memory (as read, access counted) and how it scored."""
+# --- 001 Memory ----------------------------------------------------------------------------
 
-    memory: Memory
-    score: float
-    relevance: float
-    importance: float
-    recency: float
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "score": round(self.score, 6),
-            "relevance": round(self.relevance, 6),
-            "importance": self.importance,
-            "recency": round(self.recency, 6),
-            "memory": self.memory.to_wire(),
-        }
+class MemoryType(StrEnum):
+    """`001` Memory Types."""
+
+    USER_PREFERENCE = "user_preference"
+    """User settings and preferences."""
+    USER_FACT = "user_fact"
+    """Facts about the user."""
+    CONVERSATION_CONTEXT = "conversation_context"
+    """Context from conversations."""
+    AGENT_PROCEDURE = "agent_procedure"
+    """Learned procedures for agents."""
+    KNOWLEDGE = "knowledge"
+    """General knowledge and facts."""
+    EVENT_PATTERN = "event_pattern"
+    """Recognized event patterns."""
+    ERROR_HANDLING = "error_handling"
+    """Error handling strategies."""
+    PROACTIVE_ACTION = "proactive_action"
+    """Proactive behavior patterns."""
+
+
+class MemoryScope(StrEnum):
+    """`001` Memory `scope`: one agent's memory, or shared by all."""
+
+    INDIVIDUAL = "individual"
+    SHARED = "shared"
+
+
+class Memory(SnakeWireModel):
+    """`001` Memory Object: something an agent remembers, with its embedding and weights."""
+
+    memory_id: uuid.UUID
+    memory_type: MemoryType
+    content: str
+    embedding: list[Annotated[StrictFloat, Field(allow_inf_nan=False)]] | None = Field(
+        default=None,
+        description="The content's embedding vector (768 numbers with nomic-embed-text)",
+    )
+    scope: MemoryScope
+    source: str | None = Field(default=None, description="Who or what the memory came from")
+    agent_id: str | None = Field(default=None, description="The agent the memory belongs to")
+    importance: Score | None = None
+    confidence: Score | None = None
+    tags: list[str] | None = None
+    related_memories: list[uuid.UUID] | None = Field(
+        default=None, description="memory_id of related memories"
+    )
+    created_at: Timestamp | None = None
+    updated_at: Timestamp | None = None
+    last_accessed: Timestamp | None = None
+    access_count: StrictInt | None = Field(default=None, ge=0, le=2**63 - 1)
+
+
+class MemoryRow(SQLModel, table=True):
+    """A stored `001` Memory (the embedding is a JSON array).
+
+    `team` is teamflow's own column (the wire has none): the team whose members may see the
+    memory (see `models.memory`). `vector` is the embedding again, as float32 little-endian
+    bytes (`vector_bytes`): what vector search loads (no JSON to parse); every write of
+    `embedding` writes it (`from_wire` does). On SQLite an FTS5 table
+    (`memories_fts`) and on PostgreSQL a generated `content_tsv` column index `content` for
+    full-text search; both are made by migration 0009 and kept out of this metadata (see
+    `models/migrations/env.py`).
+    """
+
+    __tablename__ = "memories"
+    __table_args__ = (
+        sa.Index("ix_memories_agent_type", "agent_id", "memory_type"),
+        sa.Index("ix_memories_team_updated", "team", "updated_at"),
+    )
+
+    memory_id: uuid.UUID = SQLField(sa_column=sa.Column(sa.Uuid, primary_key=True))
+    memory_type: str = SQLField(sa_column=sa.Column(sa.String(32), nullable=False, index=True))
+    content: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    embedding: list | None = SQLField(default=None, sa_column=json_column())
+    scope: str = SQLField(sa_column=sa.Column(sa.String(16), nullable=False, index=True))
+    source: str | None = SQLField(default=None, sa_column=sa.Column(sa.String))
+    agent_id: str | None = SQLField(default=None, sa_column=sa.Column(sa.String))
+    importance: float | None = SQLField(default=None, sa_column=sa.Column(sa.Float))
+    confidence: float | None = SQLField(default=None, sa_column=sa.Column(sa.Float))
+    tags: list | None = SQLField(default=None, sa_column=json_column())
+    related_memories: list | None = SQLField(default=None, sa_column=json_column())
+    created_at: datetime | None = SQLField(default=None, sa_column=utc_column())
+    updated_at: datetime | None = SQLField(default=None, sa_column=utc_column())
+    last_accessed: datetime | None = SQLField(default=None, sa_column=utc_column())
+    access_count: int | None = SQLField(default=None, sa_column=sa.Column(sa.BigInteger))
+    explicit_nulls: list | None = SQLField(default=None, sa_column=json_column())
+    team: str | None = SQLField(default=None, sa_column=sa.Column(sa.String(64)))
+    vector: bytes | None = SQLField(default=None, sa_column=sa.Column(sa.LargeBinary))
+
+    @classmethod
+    def from_wire(cls, wire: Memory) -> Self:
+        """A row holding `wire` (and its embedding's `vector`)."""
+        return cls(**row_values(wire), vector=vector_bytes(wire.embedding))
+
+    def to_wire(self) -> Memory:
+        """The row as the `001` Memory it was built from."""
+        return wire_from_row(Memory, self)
+
+
+def vector_bytes(embedding: list[float] | None) -> bytes | None:
+    """`embedding` as float32 little-endian bytes (`MemoryRow.vector`); None without one."""
+    if embedding is None:
+        return None
+    import numpy as np  # here: importing numpy costs a command line's start
+
+    return np.asarray(embedding, dtype="<f4").tobytes()
+
+
+class MemoryVersionRow(SQLModel, table=True):
+    """The version of a team's memories: a new random token at every write of one of them,
+    in the write's transaction (`memories_changed`). A process's cached vectors of the team
+    (`models.memory_search`) are good while the token they were loaded at is the stored one."""
+
+    __tablename__ = "memory_versions"
+
+    team: str = SQLField(sa_column=sa.Column(sa.String(64), primary_key=True))
+    version: str = SQLField(sa_column=sa.Column(sa.String(32), nullable=False))
+
+
+def memories_changed(session: Session, team: str) -> None:
+    """Gives `team`'s memories a new version; call it in every transaction that adds, changes
+    or deletes memories of `team` (their vectors, owner, scope or type)."""
+    session.execute(
+        sa.text(
+            "INSERT INTO memory_versions (team, version) VALUES (:team, :version) "
+            "ON CONFLICT (team) DO UPDATE SET version = excluded.version"
+        ),
+        {"team": team, "version": uuid.uuid4().hex},
+    )
 
 
 # --- checks --------------------------------------------------------------------------------
@@ -159,11 +242,11 @@ def _validated(data: dict[str, Any]) -> Memory:
     return memory
 
 
-def _pick(embedder: Embedder | Literal["env"] | None) -> Embedder | None:
+def pick_embedder(embedder: Embedder | Literal["env"] | None) -> Embedder | None:
     return configured_embedder() if embedder == FROM_ENV else embedder  # type: ignore[return-value]
 
 
-def _team_and_agent(s: Session, team: str, agent: str | None) -> str | None:
+def check_team_and_agent(s: Session, team: str, agent: str | None) -> str | None:
     """Checks the team (and agent, a member of it); the agent's `agent_id`, or None."""
     try:
         get_team(s, team)
@@ -263,7 +346,7 @@ def add(
     """
     now = utcnow()
     with session_scope(session) as s:
-        me = _team_and_agent(s, team, agent)
+        me = check_team_and_agent(s, team, agent)
         fields = {
             "memory_id": uuid.uuid4(), "memory_type": memory_type, "content": content,
             "scope": scope, "source": source if source is not None else me,
@@ -275,7 +358,7 @@ def add(
         # Left out, not null: the wire of a memory leaves out what it does not have.
         memory = _validated({k: v for k, v in fields.items() if v is not None})
         _check_related(s, team, memory, me)
-        vector = _embedding_for(s, team, memory, _pick(embedder))
+        vector = _embedding_for(s, team, memory, pick_embedder(embedder))
         if vector is not None:
             memory = memory.model_copy(update={"embedding": vector})
         row = MemoryRow.from_wire(memory)
@@ -295,9 +378,9 @@ def get(
 ) -> Memory:
     """The memory `memory_id`, read by `agent` (None: the operator); counts the access."""
     with session_scope(session) as s:
-        me = _team_and_agent(s, team, agent)
+        me = check_team_and_agent(s, team, agent)
         row = _row(s, team, memory_id, me)
-        return _read(s, [row.memory_id])[row.memory_id].to_wire()
+        return read_counted(s, [row.memory_id])[row.memory_id].to_wire()
 
 
 def update(
@@ -318,7 +401,7 @@ def update(
     if unknown:
         raise MemoryStoreError(f"{unknown[0]}: not a field a memory update may change")
     with session_scope(session) as s:
-        me = _team_and_agent(s, team, agent)
+        me = check_team_and_agent(s, team, agent)
         row = _row(s, team, memory_id, me)
         merged = {**row.to_wire().model_dump(exclude_unset=True), **changes}
         merged["updated_at"] = utcnow()
@@ -327,7 +410,7 @@ def update(
         memory = _validated(merged)
         _check_related(s, team, memory, me)
         if "content" in changes or "embedding" in changes:
-            vector = _embedding_for(s, team, memory, _pick(embedder))
+            vector = _embedding_for(s, team, memory, pick_embedder(embedder))
             if vector is not None:
                 memory = memory.model_copy(update={"embedding": vector})
         for name, value in MemoryRow.from_wire(memory).model_dump().items():
@@ -351,7 +434,7 @@ def forget(
     Returns the memory as it was.
     """
     with session_scope(session) as s:
-        me = _team_and_agent(s, team, agent)
+        me = check_team_and_agent(s, team, agent)
         row = _row(s, team, memory_id, me)
         gone = row.to_wire()
         key = str(row.memory_id)
@@ -369,7 +452,7 @@ def forget(
         return gone
 
 
-def _among(s: Session, column: Any, ids: Iterable[uuid.UUID]) -> sa.ColumnElement[bool]:
+def among(s: Session, column: Any, ids: Iterable[uuid.UUID]) -> sa.ColumnElement[bool]:
     """`column` is one of `ids`. On PostgreSQL one bound array, `= ANY(:ids)`: the statement
     is the same text for any number of ids, so the server parses and plans it once (psycopg
     prepares a statement it runs again), where `IN (...)` has a parameter per id and a new
@@ -381,274 +464,17 @@ def _among(s: Session, column: Any, ids: Iterable[uuid.UUID]) -> sa.ColumnElemen
     return column.in_(ids)
 
 
-def _read(s: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, MemoryRow]:
+def read_counted(s: Session, ids: list[uuid.UUID]) -> dict[uuid.UUID, MemoryRow]:
     """The memories `ids`, each access counted (one UPDATE: the count goes up in the database,
     so concurrent reads all count)."""
     if not ids:
         return {}
     s.execute(
         sa.update(MemoryRow)
-        .where(_among(s, MemoryRow.memory_id, ids))
+        .where(among(s, MemoryRow.memory_id, ids))
         .values(access_count=sa.func.coalesce(MemoryRow.access_count, 0) + 1,
                 last_accessed=utcnow())
         .execution_options(synchronize_session=False)
     )  # fmt: skip
-    read = select(MemoryRow).where(_among(s, MemoryRow.memory_id, ids))
+    read = select(MemoryRow).where(among(s, MemoryRow.memory_id, ids))
     return {r.memory_id: r for r in s.exec(read.execution_options(populate_existing=True))}
-
-
-# --- search --------------------------------------------------------------------------------
-
-
-def _words(query: str) -> list[str]:
-    if len(query) > MAX_QUERY:
-        raise MemoryStoreError(f"the query is {len(query)} characters; at most {MAX_QUERY}")
-    words = [w for w in re.findall(r"\w+", query.lower()) if w != "or"]
-    if not words:
-        raise MemoryStoreError("the query has no words to search for")
-    return list(dict.fromkeys(words))[:MAX_QUERY_WORDS]
-
-
-def _types(memory_types: list[MemoryType | str] | None) -> list[str] | None:
-    if not memory_types:
-        return None
-    try:
-        return [MemoryType(t).value for t in memory_types]
-    except ValueError:
-        bad = next(t for t in memory_types if t not in set(MemoryType))
-        allowed = ", ".join(t.value for t in MemoryType)
-        raise MemoryStoreError(f"{bad!r} is not a memory type: one of {allowed}") from None
-
-
-SCORED = ("memory_id", "importance", "last_accessed", "updated_at", "created_at")
-"""What the score needs of a candidate's row (not its embedding: kilobytes of JSON)."""
-
-
-def _scored(s: Session, ids: set[uuid.UUID]) -> list[Any]:
-    """The `SCORED` columns of the memories `ids`."""
-    if not ids:
-        return []
-    t = MemoryRow.__table__  # type: ignore[attr-defined]
-    query = sa.select(*(t.c[name] for name in SCORED)).where(_among(s, t.c.memory_id, ids))
-    return list(s.execute(query).tuples())
-
-
-def _text_candidates(
-    s: Session, team: str, me: str, words: list[str], types: list[str] | None, k: int
-) -> list[Any]:
-    """The best `k` visible matches: their `SCORED` columns (read here: the row is read
-    anyway) and last their full-text relevance (higher is better)."""
-    params: dict[str, Any] = {"team": team, "me": me, "shared": MemoryScope.SHARED.value, "k": k}
-    type_filter = ""
-    if types:
-        names = [f"t{i}" for i in range(len(types))]
-        params.update(zip(names, types, strict=True))
-        type_filter = f" AND m.memory_type IN ({', '.join(':' + n for n in names)})"
-    visible = f"m.team = :team AND (m.scope = :shared OR m.agent_id = :me){type_filter}"
-    selected = ", ".join(f"m.{name}" for name in SCORED)
-    t = MemoryRow.__table__  # type: ignore[attr-defined]
-    columns = [t.c[name] for name in SCORED] + [sa.column("rel", sa.Float)]
-
-    def run(sql: str, **more: Any) -> list[Any]:
-        return list(s.execute(sa.text(sql).columns(*columns), {**params, **more}).tuples())
-
-    if s.get_bind().dialect.name == "postgresql":
-        params["query"] = " or ".join(words)
-        return run(
-            f"SELECT {selected}, ts_rank_cd(m.content_tsv, q) AS rel "
-            "FROM memories m, websearch_to_tsquery('english', :query) q "
-            f"WHERE m.content_tsv @@ q AND {visible} ORDER BY rel DESC LIMIT :k"
-        )
-    # Only the best `n` matches by relevance are looked up in `memories`, whose rows are long
-    # (reading `scope` or `team` reads past the embedding). When they hold k the agent may
-    # see, those are the k best it may see; else all matches are looked up (LIMIT -1).
-    params["query"] = " OR ".join(f'"{w}"' for w in words)
-    sql = (
-        f"SELECT {selected}, -hits.rank AS rel FROM (SELECT rowid, bm25(memories_fts) AS rank "
-        "FROM memories_fts WHERE memories_fts MATCH :query ORDER BY rank LIMIT :n) hits "
-        f"JOIN memories m ON m.rowid = hits.rowid WHERE {visible} ORDER BY hits.rank LIMIT :k"
-    )
-    found = run(sql, n=2 * k)
-    return found if len(found) == k else run(sql, n=-1)
-
-
-def search(
-    team: str,
-    query: str,
-    *,
-    agent: str,
-    memory_types: list[MemoryType | str] | None = None,
-    limit: int = 10,
-    embedder: Embedder | Literal["env"] | None = FROM_ENV,
-    session: Session | None = None,
-) -> list[Found]:
-    """What `agent` may see of `team`'s memories that matches `query`, best first (see the
-    module docstring for the score). Each result's access is counted."""
-    if not (isinstance(limit, int) and 1 <= limit <= MAX_LIMIT):
-        raise MemoryStoreError(f"limit must be a whole number from 1 to {MAX_LIMIT}, not {limit}")
-    words = _words(query)
-    types = _types(memory_types)
-    chosen = _pick(embedder)
-    with session_scope(session) as s:
-        me = _team_and_agent(s, team, agent)
-        assert me is not None
-        k = max(CANDIDATES, limit)
-        found = _text_candidates(s, team, me, words, types, k)
-        text = {row[0]: max(float(row[-1]), 0.0) for row in found}
-        vector: dict[uuid.UUID, float] = {}
-        if chosen is not None:
-            try:
-                q = chosen.embed([query])[0]
-            except EmbeddingError as exc:
-                raise MemoryStoreError(str(exc)) from None
-            vector = _vectors.nearest(s, team, me, q, types, k)
-        weights = [row[:-1] for row in found] + _scored(s, set(vector) - set(text))
-        if not weights:
-            return []
-        best_text = max(text.values(), default=0.0) or 1.0
-        now = utcnow()
-        scored = []
-        for mid, stored_importance, *times in weights:
-            relevance = max(text.get(mid, 0.0) / best_text, vector.get(mid, 0.0))
-            importance = DEFAULT_IMPORTANCE if stored_importance is None else stored_importance
-            recency = _recency(times, now)
-            score = (
-                RELEVANCE_WEIGHT * relevance
-                + IMPORTANCE_WEIGHT * importance
-                + RECENCY_WEIGHT * recency
-            )
-            scored.append((score, relevance, importance, recency, mid))
-        scored.sort(key=lambda c: (-c[0], str(c[4])))
-        top = scored[:limit]
-        rows = _read(s, [c[4] for c in top])
-        # A memory forgotten by another process since it was scored is not found.
-        return [
-            Found(rows[mid].to_wire(), score, rel, imp, rec)
-            for score, rel, imp, rec, mid in top
-            if mid in rows
-        ]
-
-
-def _recency(times: list[datetime | None], now: datetime) -> float:
-    """From the memory's `last_accessed`, `updated_at` and `created_at`: the first set."""
-    when = next((t for t in times if t is not None), None)
-    if when is None:
-        return 0.0
-    age = max((now - when).total_seconds(), 0.0)
-    return 0.5 ** (age / RECENCY_HALF_LIFE.total_seconds())
-
-
-def pgvector_installed(session: Session | None = None) -> bool:
-    """Whether the database is PostgreSQL with the pgvector extension installed (reported by
-    the benchmark; search is exact either way)."""
-    with session_scope(session) as s:
-        if s.get_bind().dialect.name != "postgresql":
-            return False
-        found = s.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'vector'"))
-        return found.first() is not None
-
-
-# --- exact vector search: one cached matrix per team ---------------------------------------
-
-
-@dataclass
-class _Matrix:
-    version: str | None
-    ids: list[uuid.UUID]
-    agents: dict[str, int]  # agent_id -> its code in `owners`
-    owners: Any  # numpy int32 array: each memory's agent's code
-    shared: Any  # numpy bool array
-    types: Any  # numpy int8 array: each memory's type's position in `MemoryType`
-    vectors: Any  # numpy float32 (n, d), rows of unit length
-
-
-class _VectorCache:
-    """The embeddings of each team as a normalised float32 matrix, per database and team.
-
-    Good while the team's memories' version (`MemoryVersionRow`) is the one it was loaded at:
-    every write of a memory, by any process, gives them a new one in its transaction. The
-    version is read before the matrix, so a matrix is never older than its version.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._teams: dict[tuple[str, str], _Matrix] = {}
-
-    @staticmethod
-    def _key(s: Session, team: str) -> tuple[str, str]:
-        return (str(s.get_bind().engine.url), team)
-
-    def _load(self, s: Session, team: str, version: str | None) -> _Matrix:
-        import numpy as np
-
-        table = MemoryRow.__table__  # type: ignore[attr-defined]
-        rows = s.execute(
-            sa.select(table.c.memory_id, table.c.agent_id, table.c.scope, table.c.memory_type,
-                      table.c.vector)
-            .where(table.c.team == team, table.c.vector.is_not(None))
-        ).all()  # fmt: skip
-        sizes = {len(r.vector) for r in rows}
-        if len(sizes) > 1:
-            dims = sorted(size // 4 for size in sizes)
-            raise MemoryStoreError(f"team {team!r} holds embeddings of {dims} dimensions")
-        stored = np.frombuffer(b"".join(r.vector for r in rows), dtype="<f4")
-        stored = stored.reshape(len(rows), sizes.pop() // 4 if rows else 0)
-        norms = np.linalg.norm(stored, axis=1, keepdims=True)
-        vectors = stored / np.where(norms == 0, 1, norms)  # float32, like `stored`
-        agents: dict[str, int] = {}
-        kinds = {t.value: i for i, t in enumerate(MemoryType)}
-        return _Matrix(
-            version=version,
-            ids=[r.memory_id for r in rows],
-            agents=agents,
-            owners=np.asarray([agents.setdefault(r.agent_id, len(agents)) for r in rows],
-                              dtype=np.int32),
-            shared=np.asarray([r.scope == MemoryScope.SHARED for r in rows], dtype=bool),
-            types=np.asarray([kinds.get(r.memory_type, -1) for r in rows], dtype=np.int8),
-            vectors=vectors,
-        )  # fmt: skip
-
-    def matrix(self, s: Session, team: str) -> _Matrix:
-        key = self._key(s, team)
-        version = s.execute(
-            sa.select(MemoryVersionRow.version).where(MemoryVersionRow.team == team)
-        ).scalar()
-        with self._lock:
-            cached = self._teams.get(key)
-        if cached is not None and cached.version == version:
-            return cached
-        loaded = self._load(s, team, version)
-        with self._lock:
-            self._teams[key] = loaded
-        return loaded
-
-    def nearest(
-        self, s: Session, team: str, me: str, query: list[float], types: list[str] | None, k: int
-    ) -> dict[uuid.UUID, float]:
-        """memory_id -> cosine similarity (clipped at 0) of the best `k` visible memories."""
-        import numpy as np
-
-        m = self.matrix(s, team)
-        if not m.ids:
-            return {}
-        q = np.asarray(query, dtype=np.float32)
-        if q.shape[0] != m.vectors.shape[1]:
-            raise MemoryStoreError(
-                f"the embedder gives {q.shape[0]}-d vectors; team {team!r} holds "
-                f"{m.vectors.shape[1]}-d ones"
-            )
-        norm = float(np.linalg.norm(q))
-        if not math.isfinite(norm) or norm == 0:
-            return {}
-        sims = m.vectors @ (q / norm)
-        visible = m.shared | (m.owners == m.agents.get(me, -1))
-        if types:
-            kinds = [i for i, t in enumerate(MemoryType) if t.value in types]
-            visible &= np.isin(m.types, kinds)
-        sims = np.where(visible, sims, -np.inf)
-        k = min(k, len(sims))
-        best = np.argpartition(-sims, k - 1)[:k]
-        return {m.ids[i]: max(float(sims[i]), 0.0) for i in best if np.isfinite(sims[i])}
-
-
-_vectors = _VectorCache()

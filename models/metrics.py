@@ -15,6 +15,8 @@ tool calls and failed ones, plan wait, outcome), `plan_approvals`, `inbox_messag
 `task_status`, `tasks`, `members`, `alert_firings` (alert lateness, through
 `ix_alert_firings_metrics` of migration `0008`) and `agent_state_history` (liveness: one row
 per status a member was in, from when to when; `ix_agent_state_history_liveness`, `0008`).
+The metrics of plan approvals are `models.approval_metrics`; the time window, the read-only
+connection and the DataFrames from the driver's rows are `models.metric_frames`.
 """
 
 from __future__ import annotations
@@ -28,26 +30,31 @@ import sqlalchemy as sa
 from models import db, durations
 from models.agent import AgentStateHistoryRow
 from models.alert import AlertFiring
-from models.approval import SYSTEM, PlanApproval
-from models.base import UTCDateTime
-from models.inbox import InboxRow
-from models.task import TaskMetricsRow, TaskRow, TaskStatusRow
+from models.approval import PlanApproval
+from models.approval_metrics import approval_waits
+from models.inbox_table import InboxRow
+from models.metric_frames import (
+    MetricsError,
+    Since,
+    as_bool,
+    as_time,
+    as_utc,
+    in_window,
+    plain_number,
+    quantile_columns,
+    raw_time,
+    read_frame,
+    read_only,
+    seconds_between,
+    time_bucket,
+    window_start,
+)
+from models.task import TaskMetricsRow, TaskRow
+from models.task_status import TaskStatusRow
 from models.team import Member, Team, TeamError, check_team_name
 
 if TYPE_CHECKING:
     import pandas as pd
-
-Since = datetime | timedelta | None
-"""A time window's start: a time, how long back from now, or None (all history)."""
-
-TIMEOUT_CAUSE = "no decision within %"
-"""How `plan_timeout.apply_timeout` starts the cause of a request its timeout policy decided."""
-
-FREQS = {"hour": "%Y-%m-%d %H:00:00", "day": "%Y-%m-%d 00:00:00"}
-
-
-class MetricsError(ValueError):
-    """Refused metrics input; the message is one line for the user."""
 
 
 def parse_duration(text: str) -> timedelta:
@@ -58,109 +65,13 @@ def parse_duration(text: str) -> timedelta:
         raise MetricsError(str(exc)) from None
 
 
-def window_start(since: Since, now: datetime | None = None) -> datetime | None:
-    """The time a window `since` starts at (None: no start)."""
-    if since is None or isinstance(since, datetime):
-        if since is not None and (since.tzinfo is None or since.utcoffset() is None):
-            raise MetricsError(f"naive datetime {since!r} refused: give an aware time")
-        return since
-    return (now or datetime.now(UTC)) - since
-
-
 def check_team(team: str, *, url: str | None = None) -> None:
     """`TeamError` (one line) unless `team` exists."""
     check_team_name(team)
-    with _reading(url) as conn:
+    with read_only(url) as conn:
         found = conn.execute(sa.select(Team.name).where(Team.name == team)).first()
     if found is None:
         raise TeamError(f"no team named {team!r}")
-
-
-# --- helpers ---------------------------------------------------------------------------------
-
-
-def _frame(stmt: sa.Select, url: str | None) -> pd.DataFrame:
-    """The rows of `stmt` as the database driver gives them.
-
-    The DBAPI cursor is read directly: SQLAlchemy's per-value result processing (and pandas
-    probing each Row) cost more than the query at 100,000 rows. So timestamps come back as the
-    driver has them (`_raw` + `_utc`) and SQLite booleans as 0/1 (`_bool`). The connection
-    only reads: on SQLite it does not take the write lock (`db`), so a long metrics query
-    does not hold up heartbeats and messages."""
-    import pandas as pd
-
-    with _reading(url) as conn:
-        result = conn.execute(stmt)
-        keys = list(result.keys())
-        rows = result.cursor.fetchall()
-        result.close()
-    frame = pd.DataFrame.from_records(rows, columns=keys)
-    for key in keys:
-        if rows and isinstance(frame[key].iloc[0], Decimal):  # PostgreSQL's sum of a bigint
-            frame[key] = pd.to_numeric(frame[key].map(_number))
-    return frame
-
-
-def _reading(url: str | None) -> sa.Connection:
-    return db.engine(url).connect().execution_options(teamflow_read_only=True)
-
-
-def _number(value: Decimal | None) -> int | float | None:
-    if value is None:
-        return None
-    return int(value) if value == value.to_integral_value() else float(value)
-
-
-def _raw(column: Any, name: str | None = None) -> Any:
-    """A timestamp as the database gives it (SQLite: text), for `_utc` to convert all at once:
-    much faster than converting each value in Python."""
-    return sa.type_coerce(column, sa.String).label(name or column.key)
-
-
-def _where(stmt: sa.Select, table: Any, team: str | None, start: datetime | None, column: Any):
-    if team is not None:
-        stmt = stmt.where(table.team == team)
-    if start is not None:
-        stmt = stmt.where(column >= start)
-    return stmt
-
-
-def _bucket(column: Any, freq: str, url: str | None) -> Any:
-    """A timestamp truncated to its hour or day, as text `YYYY-MM-DD HH:00:00` (UTC)."""
-    if freq not in FREQS:
-        raise MetricsError(f"bad frequency {freq!r}: one of {', '.join(FREQS)}")
-    if db.engine(url).dialect.name == "postgresql":
-        utc = sa.func.timezone("UTC", column)
-        return sa.func.to_char(sa.func.date_trunc(freq, utc), "YYYY-MM-DD HH24:00:00")
-    return sa.func.strftime(FREQS[freq], column)
-
-
-def _quantiles(values: pd.DataFrame, keys: list[str], column: str, prefix: str) -> pd.DataFrame:
-    import pandas as pd
-
-    grouped = values.astype({column: float}).groupby(keys)[column]
-    return pd.concat(
-        {
-            f"p50_{prefix}": grouped.median(),
-            f"p95_{prefix}": grouped.quantile(0.95),
-            f"max_{prefix}": grouped.max(),
-        },
-        axis=1,
-    )
-
-
-def _bool(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
-    for column in columns:
-        frame[column] = frame[column].map({1: True, 0: False}).astype("boolean")
-    return frame
-
-
-def _utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
-    import pandas as pd
-
-    for column in columns:
-        frame[column] = pd.to_datetime(frame[column], utc=True, format="ISO8601")
-    return frame
 
 
 # --- work per member -------------------------------------------------------------------------
@@ -174,7 +85,7 @@ def member_work(team: str | None, since: Since = None, *, url: str | None = None
     plan approval wait (seconds, summed). One row per member with metrics in the window."""
     start = window_start(since)
     keys = ["team", "member"]
-    sums = _where(
+    sums = in_window(
         sa.select(
             M.team,
             M.member,
@@ -194,7 +105,7 @@ def member_work(team: str | None, since: Since = None, *, url: str | None = None
         start,
         M.started_at,
     )
-    frame = _frame(sums, url).set_index(keys)
+    frame = read_frame(sums, url).set_index(keys)
     if not frame.empty:
         frame = frame.join(_duration_quantiles(frame["durations"], start, url), how="left")
     for column in ("p50_duration_s", "p95_duration_s", "max_duration_s"):
@@ -239,7 +150,7 @@ def _duration_quantiles(counts: pd.Series, start: datetime | None, url: str | No
             stmt = stmt.where(M.started_at >= start)
         if not wanted:
             return pd.DataFrame(columns=columns, index=counts.index)
-        return _frame(stmt, url).set_index(["team", "member"])[columns]
+        return read_frame(stmt, url).set_index(["team", "member"])[columns]
     team_p, member_p = sa.bindparam("team"), sa.bindparam("member")
     base = sa.select(M.duration_s).where(
         M.team == team_p, M.member == member_p, M.duration_s.is_not(None)
@@ -253,7 +164,7 @@ def _duration_quantiles(counts: pd.Series, start: datetime | None, url: str | No
     up = base.order_by(M.duration_s).limit(limit_p).offset(offset_p)
     down = base.order_by(M.duration_s.desc()).limit(limit_p).offset(offset_p)
     out: dict[tuple[str, str], list[float]] = {}
-    with _reading(url) as conn:
+    with read_only(url) as conn:
         for (team_name, member), n in counts.items():
             n = int(n)
             if not n:
@@ -282,13 +193,13 @@ def _duration_quantiles(counts: pd.Series, start: datetime | None, url: str | No
 def executions(team: str | None, since: Since = None, *, url: str | None = None) -> pd.DataFrame:
     """Every member execution in the window: team, member, task_id, started_at, ended_at,
     duration_s, tokens, ok (for duration histograms and per-execution plots)."""
-    stmt = _where(
+    stmt = in_window(
         sa.select(
             M.team,
             M.member,
             M.task_id,
-            _raw(M.started_at),
-            _raw(M.ended_at),
+            raw_time(M.started_at),
+            raw_time(M.ended_at),
             M.duration_s,
             M.tokens,
             M.ok,
@@ -299,7 +210,7 @@ def executions(team: str | None, since: Since = None, *, url: str | None = None)
         M.started_at,
     )
     # Sorted here: SQLite would sort a copy of every row in a temporary B-tree first.
-    frame = _bool(_utc(_frame(stmt, url), "started_at", "ended_at"), "ok")
+    frame = as_bool(as_utc(read_frame(stmt, url), "started_at", "ended_at"), "ok")
     return frame.sort_values("started_at", kind="stable", ignore_index=True)
 
 
@@ -308,8 +219,8 @@ def work_over_time(
 ) -> pd.DataFrame:
     """Per hour or day (`freq`) and member: executions started, tokens, steps, tool calls
     and failed ones: the trend of work and cost. Columns: bucket (UTC), team, member, ..."""
-    bucket = _bucket(M.started_at, freq, url).label("bucket")
-    stmt = _where(
+    bucket = time_bucket(M.started_at, freq, url).label("bucket")
+    stmt = in_window(
         sa.select(
             bucket,
             M.team,
@@ -325,7 +236,7 @@ def work_over_time(
         window_start(since),
         M.started_at,
     ).order_by(bucket, M.team, M.member)
-    return _utc(_frame(stmt, url), "bucket")
+    return as_utc(read_frame(stmt, url), "bucket")
 
 
 def throughput(
@@ -333,8 +244,8 @@ def throughput(
 ) -> pd.DataFrame:
     """Per hour or day (`freq`) a task execution ended in: tasks finished (distinct), member
     executions, and failed executions. Columns: bucket (UTC), team, tasks, executions, failed."""
-    bucket = _bucket(M.ended_at, freq, url).label("bucket")
-    stmt = _where(
+    bucket = time_bucket(M.ended_at, freq, url).label("bucket")
+    stmt = in_window(
         sa.select(
             bucket,
             M.team,
@@ -349,7 +260,7 @@ def throughput(
         window_start(since),
         M.started_at,
     ).order_by(bucket, M.team)
-    return _utc(_frame(stmt, url), "bucket")
+    return as_utc(read_frame(stmt, url), "bucket")
 
 
 # --- tasks and their status ------------------------------------------------------------------
@@ -364,7 +275,7 @@ def tasks_by_status(team: str | None, since: Since = None, *, url: str | None = 
     start = window_start(since)
     if start is not None:
         stmt = stmt.where(T.created_at >= start)
-    return _frame(stmt.order_by(T.team, T.status), url)
+    return read_frame(stmt.order_by(T.team, T.status), url)
 
 
 def team_glance(team: str, *, url: str | None = None) -> dict[str, Any]:
@@ -376,7 +287,7 @@ def team_glance(team: str, *, url: str | None = None) -> dict[str, Any]:
     steps, tool_calls, approval_wait_s (summed over task_metrics); requests, pending (plan
     requests)}}, "tasks": {status: count}}`. The sums are `member_work`'s and the plan
     counts `approval_waits`', over all history."""
-    S, M = TaskStatusRow, TaskMetricsRow
+    S, M, P = TaskStatusRow, TaskMetricsRow, PlanApproval
     queries = [
         sa.select(S.member, S.status, S.tasks_completed, S.tokens_used).where(S.team == team),
         sa.select(
@@ -398,12 +309,12 @@ def team_glance(team: str, *, url: str | None = None) -> dict[str, Any]:
     ]
     tasks = sa.select(TaskRow.status, sa.func.count()).where(TaskRow.team == team)
     members: dict[str, dict[str, Any]] = {}
-    with _reading(url) as conn:
+    with read_only(url) as conn:
         for stmt in queries:
             result = conn.execute(stmt)
             keys = list(result.keys())
             for row in result.cursor.fetchall():
-                values = [_number(v) if isinstance(v, Decimal) else v for v in row]
+                values = [plain_number(v) if isinstance(v, Decimal) else v for v in row]
                 members.setdefault(values[0], {}).update(zip(keys[1:], values[1:], strict=True))
             result.close()
         counts = dict(conn.execute(tasks.group_by(TaskRow.status)).tuples().all())
@@ -415,118 +326,11 @@ def member_status(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     S = TaskStatusRow
     stmt = sa.select(
         S.team, S.member, S.status, S.tasks_completed, S.tokens_used, S.avg_response_time,
-        _raw(S.last_active_at), S.error_message,
+        raw_time(S.last_active_at), S.error_message,
     ).order_by(S.team, S.member)  # fmt: skip
     if team is not None:
         stmt = stmt.where(S.team == team)
-    return _utc(_frame(stmt, url), "last_active_at")
-
-
-# --- plan approvals --------------------------------------------------------------------------
-
-P = PlanApproval
-
-
-def approvals(team: str | None, since: Since = None, *, url: str | None = None) -> pd.DataFrame:
-    """Every plan request in the window (by requested_at): team, request_id, member, status,
-    revision, timeout_policy, requested_at, decided_at, decided_by, escalated, timed_out,
-    wait_s (request to decision; open ones: NaN)."""
-    stmt = _where(
-        sa.select(
-            P.team, P.request_id, P.member, P.status, P.revision, P.timeout_policy,
-            _raw(P.requested_at), _raw(P.decided_at), P.decided_by,
-            P.escalated_at.is_not(None).label("escalated"),
-            sa.and_(P.decided_by == SYSTEM, P.cause.like(TIMEOUT_CAUSE)).label("timed_out"),
-        ).order_by(P.requested_at),
-        P, team, window_start(since), P.requested_at,
-    )  # fmt: skip
-    frame = _utc(_frame(stmt, url), "requested_at", "decided_at")
-    frame["escalated"] = frame["escalated"].astype(bool)
-    frame["timed_out"] = frame["timed_out"].fillna(0).astype(bool)
-    frame["wait_s"] = (frame["decided_at"] - frame["requested_at"]).dt.total_seconds()
-    return frame
-
-
-def approval_waits(team: str | None, since: Since = None, *, url: str | None = None):
-    """Per member who asked: requests, decided, pending, wait until decision p50 / p95 / max
-    (seconds), and how long the oldest open one has waited so far."""
-    import pandas as pd
-
-    frame = approvals(team, since, url=url)
-    keys = ["team", "member"]
-    if frame.empty:
-        return pd.DataFrame(
-            columns=[*keys, "requests", "decided", "pending", "p50_wait_s", "p95_wait_s",
-                     "max_wait_s", "oldest_pending_s"]
-        )  # fmt: skip
-    now = pd.Timestamp.now(tz="UTC")
-    frame["open_s"] = (
-        (now - frame["requested_at"]).dt.total_seconds().where(frame["decided_at"].isna())
-    )
-    grouped = frame.groupby(keys)
-    out = pd.concat(
-        {
-            "requests": grouped.size(),
-            "decided": grouped["decided_at"].count(),
-            "p50_wait_s": grouped["wait_s"].median(),
-            "p95_wait_s": grouped["wait_s"].quantile(0.95),
-            "max_wait_s": grouped["wait_s"].max(),
-            "oldest_pending_s": grouped["open_s"].max(),
-        },
-        axis=1,
-    )
-    out.insert(2, "pending", out["requests"] - out["decided"])
-    return out.reset_index()
-
-
-def _counts(team: str | None, since: Since, url: str | None, *keys: Any) -> pd.DataFrame:
-    stmt = _where(
-        sa.select(P.team, *keys, sa.func.count().label("requests")).group_by(P.team, *keys),
-        P, team, window_start(since), P.requested_at,
-    ).order_by(P.team, *keys)  # fmt: skip
-    return _frame(stmt, url)
-
-
-def approval_outcomes(team: str | None, since: Since = None, *, url: str | None = None):
-    """Requests per status (pending, approved, denied, rejected) with the p50 wait of the
-    decided ones."""
-    import pandas as pd
-
-    frame = approvals(team, since, url=url)
-    if frame.empty:
-        return pd.DataFrame(columns=["team", "status", "requests", "p50_wait_s"])
-    grouped = frame.groupby(["team", "status"])
-    out = pd.concat({"requests": grouped.size(), "p50_wait_s": grouped["wait_s"].median()}, axis=1)
-    return out.reset_index()
-
-
-def approval_deciders(team: str | None, since: Since = None, *, url: str | None = None):
-    """Who decided (a person, the lead, or `system` for policies and timeouts), per status."""
-    return _counts(team, since, url, P.decided_by, P.status).query("decided_by.notna()")
-
-
-def approval_revisions(team: str | None, since: Since = None, *, url: str | None = None):
-    """Requests per revision (1: first plan, 2: its first revision, ...) and status."""
-    return _counts(team, since, url, P.revision, P.status)
-
-
-def approval_timeouts(team: str | None, since: Since = None, *, url: str | None = None):
-    """Per timeout policy (deny, approve, escalate): requests, how many its timeout decided
-    (approved / denied by it), and how many were escalated to the lead."""
-    timed_out = sa.and_(P.decided_by == SYSTEM, P.cause.like(TIMEOUT_CAUSE))
-    stmt = _where(
-        sa.select(
-            P.team,
-            P.timeout_policy,
-            sa.func.count().label("requests"),
-            sa.func.count().filter(timed_out).label("timed_out"),
-            sa.func.count().filter(timed_out, P.status == "approved").label("approved_by_timeout"),
-            sa.func.count().filter(timed_out, P.status != "approved").label("denied_by_timeout"),
-            sa.func.count().filter(P.escalated_at.is_not(None)).label("escalated"),
-        ).group_by(P.team, P.timeout_policy),
-        P, team, window_start(since), P.requested_at,
-    ).order_by(P.team, P.timeout_policy)  # fmt: skip
-    return _frame(stmt, url)
+    return as_utc(read_frame(stmt, url), "last_active_at")
 
 
 # --- inboxes ---------------------------------------------------------------------------------
@@ -554,7 +358,7 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
         counted.c.team,
         counted.c.recipient.label("member"),
         counted.c.unread,
-        _raw(I.timestamp, "oldest_unread_at"),
+        raw_time(I.timestamp, "oldest_unread_at"),
     ).join(
         I,
         sa.and_(
@@ -563,11 +367,11 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
             I.seq == counted.c.first_seq,
         ),
     )
-    unread = _frame(stmt, url)
+    unread = read_frame(stmt, url)
     members = sa.select(Member.team, Member.name.label("member"))
     if team is not None:
         members = members.where(Member.team == team)
-    everyone = _frame(members, url)
+    everyone = read_frame(members, url)
     frame = everyone.merge(unread, on=["team", "member"], how="outer")
     frame["unread"] = frame["unread"].fillna(0).astype(int)
     frame["oldest_unread_at"] = pd.to_datetime(
@@ -576,31 +380,7 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     return frame.sort_values(["team", "member"], ignore_index=True)
 
 
-def unread_count(team: str, member: str, *, url: str | None = None) -> int:
-    """One member's unread messages (an index-only count)."""
-    I = InboxRow  # noqa: E741
-    stmt = sa.select(sa.func.count()).where(
-        I.team == team, I.recipient == member, I.read == sa.false()
-    )
-    with _reading(url) as conn:
-        return conn.execute(stmt).scalar_one()
-
-
 # --- alerts ----------------------------------------------------------------------------------
-
-
-def _seconds_between(later: Any, earlier: Any, url: str | None) -> Any:
-    """`later - earlier` in seconds (a float), computed by the database."""
-    if db.engine(url).dialect.name == "postgresql":
-        return sa.cast(sa.extract("epoch", later), sa.Float) - sa.cast(
-            sa.extract("epoch", earlier), sa.Float
-        )
-    return (sa.func.julianday(later) - sa.func.julianday(earlier)) * 86400.0
-
-
-def _at(value: datetime) -> Any:
-    """A time as a bound value of teamflow's timestamp type (compares like the columns)."""
-    return sa.literal(value, UTCDateTime())
 
 
 def alert_lateness(team: str | None, since: Since = None, *, url: str | None = None):
@@ -613,8 +393,8 @@ def alert_lateness(team: str | None, since: Since = None, *, url: str | None = N
     F = AlertFiring
     start = window_start(since)
     keys = ["team", "alert_type"]
-    counts = _frame(
-        _where(
+    counts = read_frame(
+        in_window(
             sa.select(
                 F.team,
                 F.alert_type,
@@ -626,11 +406,11 @@ def alert_lateness(team: str | None, since: Since = None, *, url: str | None = N
         ),
         url,
     )  # fmt: skip
-    late = _frame(
-        _where(
+    late = read_frame(
+        in_window(
             sa.select(
                 F.team, F.alert_type,
-                _seconds_between(F.fired_at, F.due_at, url).label("lateness_s"),
+                seconds_between(F.fired_at, F.due_at, url).label("lateness_s"),
             ).where(F.due_at.is_not(None)),
             F, team, start, F.fired_at,
         ),
@@ -647,7 +427,9 @@ def alert_lateness(team: str | None, since: Since = None, *, url: str | None = N
         frame = counts
     else:
         frame = counts.merge(
-            _quantiles(late, keys, "lateness_s", "lateness_s").reset_index(), on=keys, how="left"
+            quantile_columns(late, keys, "lateness_s", "lateness_s").reset_index(),
+            on=keys,
+            how="left",
         )
     return frame[columns].sort_values(keys, ignore_index=True)
 
@@ -676,15 +458,15 @@ def liveness(
     start = window_start(since, now)
     postgres = db.engine(url).dialect.name == "postgresql"
     least, greatest = (sa.func.least, sa.func.greatest) if postgres else (sa.func.min, sa.func.max)
-    end = least(sa.func.coalesce(H.ended_at, _at(now)), _at(now))
-    begin = H.changed_at if start is None else greatest(H.changed_at, _at(start))
-    seconds = sa.func.sum(_seconds_between(end, begin, url)).label("seconds")
-    stmt = sa.select(H.team, H.member, H.status, seconds).where(H.changed_at < _at(now))
+    end = least(sa.func.coalesce(H.ended_at, as_time(now)), as_time(now))
+    begin = H.changed_at if start is None else greatest(H.changed_at, as_time(start))
+    seconds = sa.func.sum(seconds_between(end, begin, url)).label("seconds")
+    stmt = sa.select(H.team, H.member, H.status, seconds).where(H.changed_at < as_time(now))
     if team is not None:
         stmt = stmt.where(H.team == team)
     if start is not None:
-        stmt = stmt.where(sa.or_(H.ended_at.is_(None), H.ended_at > _at(start)))
-    rows = _frame(stmt.group_by(H.team, H.member, H.status), url)
+        stmt = stmt.where(sa.or_(H.ended_at.is_(None), H.ended_at > as_time(start)))
+    rows = read_frame(stmt.group_by(H.team, H.member, H.status), url)
     keys = ["team", "member"]
     columns = [*keys, *(f"{s}_s" for s in LIVENESS), "busy_s", "known_s", "busy_share"]
     if rows.empty:

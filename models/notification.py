@@ -8,7 +8,7 @@ by `notification_type`, and `NotificationAdapter` parses bare JSON into the righ
 A `000` message is the ELMO envelope (`message_id, type, sender, recipient, timestamp,
 payload {type, content}, status`).
 
-Neither has a table of its own: both are stored as rows of the inbox (`models.inbox`).
+Neither has a table of its own: both are stored as rows of the inbox (`models.inbox_table`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from sqlmodel import Session, select
 from models.agent import AgentStateRow, AgentStateStatus, change_agent_status
 from models.base import format_js_timestamp, utcnow
 from models.db import session_scope
-from models.inbox import MessageType, send, unread_counts
+from models.inbox import send, unread_counts
+from models.inbox_message import MessageType
 from models.notification import AgentActivity, StatusUpdatePayload
 from models.status import AGENT_TO_ACTIVITY
 from models.team import Member, TeamError, get_member, get_team

@@ -17,31 +17,72 @@ import re
 import unicodedata
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import Any, Self
 
 import sqlalchemy as sa
-from pydantic import ValidationError
-from sqlmodel import Session, select
+from pydantic import Field, ValidationError
+from sqlmodel import Field as SQLField
+from sqlmodel import Session, SQLModel, select
 
-from models.base import utcnow
+from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
 from models.db import session_scope
 from models.knowledge import (
     Context,
     ContextRow,
     ElmoStatus,
+    Id,
     KnowledgeError,
     ParentContext,
-    ProjectDefinition,
-    ProjectRow,
     check_id,
     check_tags,
 )
 from models.status import TASK_TO_ELMO
 from models.task import TaskRow, TaskState
-from models.wire_support import error_lines
+from models.wire_support import error_lines, row_values, wire_from_row
 
 NEW_PROJECT_STATUS = ElmoStatus.READY
 """The status of a new project."""
+
+
+# --- 000 Project Definition ----------------------------------------------------------------
+
+
+class ProjectDefinition(SnakeWireModel):
+    """`000` Project Definition: a project, its status and its milestones."""
+
+    project_id: Id
+    name: str = Field(min_length=1)
+    description: str
+    created_at: Timestamp
+    updated_at: Timestamp
+    status: ElmoStatus
+    milestones: list[str] = Field(description="Milestone ids")
+    tags: list[str]
+
+
+class ProjectRow(SQLModel, table=True):
+    """A stored `000` Project Definition."""
+
+    __tablename__ = "projects"
+
+    project_id: str = SQLField(sa_column=sa.Column(sa.String, primary_key=True))
+    name: str = SQLField(sa_column=sa.Column(sa.String, nullable=False, index=True))
+    description: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    created_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    updated_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    status: str = SQLField(sa_column=sa.Column(sa.String(16), nullable=False, index=True))
+    milestones: list = SQLField(sa_column=json_column(nullable=False))
+    tags: list = SQLField(sa_column=json_column(nullable=False))
+
+    @classmethod
+    def from_wire(cls, wire: ProjectDefinition) -> Self:
+        """A row holding `wire`."""
+        return cls(**row_values(wire))
+
+    def to_wire(self) -> ProjectDefinition:
+        """The row as the `000` Project Definition it was built from."""
+        return wire_from_row(ProjectDefinition, self)
 
 
 class ProjectError(KnowledgeError):

@@ -19,16 +19,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, Self
 
 import sqlalchemy as sa
-from pydantic import ValidationError
-from sqlmodel import Session
+from pydantic import Field, StrictInt, ValidationError
+from sqlmodel import Field as SQLField
+from sqlmodel import Session, SQLModel
 
-from models.base import utcnow
+from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
 from models.db import session_scope
-from models.knowledge import KnowledgeError, PromptTemplate, PromptTemplateRow, check_id
-from models.wire_support import error_lines
+from models.knowledge import Id, KnowledgeError, check_id
+from models.wire_support import error_lines, row_values, wire_from_row
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*\}\}")
 """`{{name}}` or `{{ name }}`: a variable of a template."""
@@ -36,6 +38,44 @@ MAX_TEMPLATE_CHARS = 100_000
 """The longest template text."""
 ADD_ATTEMPTS = 5
 """How often `add_template` counts the next version again after losing it to another writer."""
+
+
+# --- 000 LLM Prompt Template ---------------------------------------------------------------
+
+
+class PromptTemplate(SnakeWireModel):
+    """`000` LLM Prompt Template: a versioned prompt text with named variables."""
+
+    template_id: Id
+    version: StrictInt = Field(ge=0, le=2**31 - 1)
+    description: str
+    template: str = Field(description="The prompt text, with the variables to fill in")
+    variables: list[str] = Field(description="Names of the variables the template uses")
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class PromptTemplateRow(SQLModel, table=True):
+    """A stored `000` LLM Prompt Template; one row per template id and version."""
+
+    __tablename__ = "prompt_templates"
+
+    template_id: str = SQLField(sa_column=sa.Column(sa.String, primary_key=True))
+    version: int = SQLField(sa_column=sa.Column(sa.Integer, primary_key=True))
+    description: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    template: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    variables: list = SQLField(sa_column=json_column(nullable=False))
+    created_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+    updated_at: datetime = SQLField(sa_column=utc_column(nullable=False))
+
+    @classmethod
+    def from_wire(cls, wire: PromptTemplate) -> Self:
+        """A row holding `wire`."""
+        return cls(**row_values(wire))
+
+    def to_wire(self) -> PromptTemplate:
+        """The row as the `000` LLM Prompt Template it was built from."""
+        return wire_from_row(PromptTemplate, self)
 
 
 class TemplateError(KnowledgeError):

@@ -19,8 +19,11 @@ from sqlmodel import Field, Session, SQLModel, select
 
 from models.base import format_timestamp, utc_column, utcnow
 from models.db import session_scope
-from models.inbox import InboxRow, ShutdownRequest, send_payload
-from models.task import TaskMetricsRow, TaskStatusRow
+from models.inbox import send_payload
+from models.inbox_message import ShutdownRequest
+from models.inbox_table import InboxRow
+from models.task import TaskMetricsRow
+from models.task_status import TaskStatusRow
 from models.team import Member, get_member, get_team, set_member
 from models.team_settings import SECONDS_RANGE, ApprovalSettings, is_seconds
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from models.agent import AgentStateStatus
 from models.knowledge import ElmoStatus
 from models.notification import AgentActivity
-from models.task import ExecutionStatus, TaskState
+from models.task import TaskState
+from models.task_status import ExecutionStatus
 
 TASK_TO_ELMO: dict[TaskState, ElmoStatus] = {
     TaskState.PENDING: ElmoStatus.PENDING,

@@ -21,6 +21,13 @@ from pydantic_core import InitErrorDetails, to_jsonable_python
 W = TypeVar("W", bound=BaseModel)
 
 
+def not_null(value: Any) -> Any:
+    """For optional fields the seeds never write as null: absent is fine, `null` is not."""
+    if value is None:
+        raise ValueError("may be left out, but not null")
+    return value
+
+
 def explicit_nulls(wire: BaseModel) -> list[str] | None:
     """The optional fields `wire` set explicitly to null, sorted; None when there are none."""
     names = sorted(name for name in wire.model_fields_set if getattr(wire, name) is None)

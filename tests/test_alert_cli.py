@@ -33,7 +33,7 @@ from teamflow_workers import postgres_databases, register_deployments, teamflow_
 from test_prefect_services import SERVICES
 
 from flows.system_alert import DEPLOYMENT
-from models import db, inbox, membership
+from models import db, inbox, inbox_table, membership
 
 pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
 
@@ -97,7 +97,7 @@ def listed(live: Env, alert_id: int) -> dict:
     return row
 
 
-def alerts_named(member: str, name: str) -> list[inbox.InboxRow]:
+def alerts_named(member: str, name: str) -> list[inbox_table.InboxRow]:
     return [
         m for m in inbox.messages(TEAM, member)
         if m.type == "system_alert" and m.payload["alert_name"] == name

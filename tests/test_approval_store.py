@@ -18,12 +18,12 @@ from cli_runner import teamflow as run_teamflow
 from factories import TEAM, research_team
 from freezegun import freeze_time
 
-from models import approval, inbox, plan_timeout, shutdown
+from models import approval, inbox, inbox_message, plan_timeout, shutdown
 from models import team as teams
 from models.approval import AlreadyDecided, ApprovalStatus, NotAllowed
 from models.base import utcnow
 from models.db import session_scope
-from models.inbox import InboxError
+from models.inbox_message import InboxError
 from models.plan_timeout import TimeoutAction
 from models.shutdown import ShutdownError, ShutdownStatus
 from models.team_settings import ApprovalError, TimeoutPolicy
@@ -394,7 +394,7 @@ def test_approved_shutdown_makes_the_member_inactive_with_its_metadata() -> None
             s.add(TaskMetricsRow(team=TEAM, member="analyst-1", tokens=tokens, ended_at=utcnow()))
     row = shutdown.request_shutdown(TEAM, "analyst-1", reason="tasks_complete")
     answer = json.dumps({"requestId": row.request_id, "backendType": "in-process"})
-    payload = inbox.parse_payload("shutdown_approved", answer)
+    payload = inbox_message.parse_payload("shutdown_approved", answer)
     inbox.send_payload(TEAM, to="coordinator", sender="analyst-1", payload=payload)
     taken = shutdown.take_answers(row.request_id)
     assert (taken.status, taken.backend_type) == (ShutdownStatus.APPROVED, "in-process")
@@ -445,7 +445,7 @@ def test_a_busy_member_is_done_once_it_says_so_after_refusing() -> None:
     row = shutdown.request_shutdown(TEAM, "analyst-1")
     refused = shutdown.answer_shutdown(row.request_id, approved=False, reason="busy")
     assert not shutdown.task_finished_since(TEAM, "analyst-1", refused.refused_at)
-    note = inbox.parse_payload(
+    note = inbox_message.parse_payload(
         "idle_notification", json.dumps({"from": "analyst-1", "idleReason": "task_complete"})
     )
     inbox.send_payload(TEAM, to="coordinator", sender="analyst-1", payload=note)

@@ -17,24 +17,19 @@ from factories import TEAM, fixture
 from prefect_server import teamflow as run_teamflow
 from sqlmodel import Session
 
-from models import backup, db, inbox, membership, presence, project
+from models import backup, db, inbox, inbox_files, membership, presence, project
 from models import team as teams
-from models.agent import MessageRow
 from models.alert import Alert
 from models.approval import PlanApproval
 from models.backup import BackupError
+from models.conversation import MessageRow
 from models.dependencies import add_blockers
-from models.knowledge import ContextRow, ProjectRow
+from models.knowledge import ContextRow
+from models.project import ProjectRow
 from models.shutdown import Shutdown
 from models.tables import metadata
-from models.task import (
-    TaskAssigneeRow,
-    TaskMetricsRow,
-    TaskRow,
-    TaskStatus,
-    TaskStatusRow,
-    create_task,
-)
+from models.task import TaskAssigneeRow, TaskMetricsRow, TaskRow, create_task
+from models.task_status import TaskStatus, TaskStatusRow
 from models.team import TeamError
 
 pytestmark = pytest.mark.usefixtures("db_url")
@@ -171,7 +166,11 @@ def test_import_then_export_reproduces_the_folder(tmp_path: Path, home: Path) ->
 
     # The imported team is a live one: nothing is taken in twice (the entry without a
     # messageId included), and new messages go after the imported ones.
-    assert inbox.sync(TEAM) == {"coordinator": (0, 0), "analyst-1": (0, 0), "analyst-2": (0, 0)}
+    assert inbox_files.sync(TEAM) == {
+        "coordinator": (0, 0),
+        "analyst-1": (0, 0),
+        "analyst-2": (0, 0),
+    }
     assert presence.team_state(TEAM)["unread"] == {"coordinator": 1, "analyst-1": 3, "analyst-2": 1}
     sent = inbox.send(TEAM, to="analyst-1", sender="coordinator", text="One more thing")
     again = read_folder(backup.export_team(TEAM, tmp_path / "again"))
@@ -410,7 +409,11 @@ def test_backup_delete_restore_reproduces_the_team(tmp_path: Path, home: Path) -
 
     assert backup.restore(archive).team == TEAM
     assert snapshot(home) == before
-    assert inbox.sync(TEAM) == {"coordinator": (0, 0), "analyst-1": (0, 0), "analyst-2": (0, 0)}
+    assert inbox_files.sync(TEAM) == {
+        "coordinator": (0, 0),
+        "analyst-1": (0, 0),
+        "analyst-2": (0, 0),
+    }
     assert snapshot(home) == before
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from factories import TEAM, research_team
 
-from models import inbox, mirror
+from models import inbox, inbox_files, inbox_table, mirror
 
 pytestmark = pytest.mark.usefixtures("db_url")
 
@@ -226,7 +226,7 @@ def run_together(writers: list[tuple[str, str, int]], workdir: Path) -> None:
                 proc.wait()
 
 
-def assert_inbox_consistent(expected: set[str]) -> list[inbox.InboxRow]:
+def assert_inbox_consistent(expected: set[str]) -> list[inbox_table.InboxRow]:
     """Each expected text is in the inbox exactly once, `seq` is 1..N, the file equals it."""
     rows = inbox.messages(TEAM, RECIPIENT)
     texts = Counter(r.text for r in rows)
@@ -244,7 +244,7 @@ def assert_inbox_consistent(expected: set[str]) -> list[inbox.InboxRow]:
     return rows
 
 
-def senders_taking_turns(rows: list[inbox.InboxRow]) -> int:
+def senders_taking_turns(rows: list[inbox_table.InboxRow]) -> int:
     """How often, in inbox order, a message comes from another process than the one before."""
     prefixes = [r.text.rsplit("-", 1)[0] for r in rows[1:]]  # after the system prompt
     return sum(1 for a, b in pairwise(prefixes) if a != b)
@@ -279,7 +279,7 @@ def test_an_outside_writer_under_the_lock_and_teamflow_senders_both_keep_every_m
     writers = [(API_SENDER, f"p{n}", 100) for n in range(4)]
     writers.append((OUTSIDE_WRITER, "out", 50))
     run_together(writers, tmp_path)
-    inbox.sync(TEAM)
+    inbox_files.sync(TEAM)
     expected = {f"p{n}-{i}" for n in range(4) for i in range(100)}
     expected |= {f"out-{i}" for i in range(50)}
     rows = assert_inbox_consistent(expected)
@@ -289,7 +289,7 @@ def test_an_outside_writer_under_the_lock_and_teamflow_senders_both_keep_every_m
     # They were taken in while teamflow sent, not only by the last sync.
     assert min(r.seq for r in outside) < max(r.seq for r in rows if r.text.startswith("p"))
     assert all(r.message_id.startswith("msg-") and r.summary.startswith("Churn") for r in outside)
-    assert inbox.sync(TEAM)[RECIPIENT] == (0, 0)
+    assert inbox_files.sync(TEAM)[RECIPIENT] == (0, 0)
 
 
 @pytest.mark.skipif(shutil.which("jq") is None, reason="jq is not installed")
@@ -298,12 +298,12 @@ def test_the_unlocked_jq_append_recipe_racing_teamflow_writers_loses_nothing(
 ) -> None:
     """8 processes sending through teamflow and 2 running the jq recipe with no lock: after
     one `sync`, every message is in the database once and the file holds the same (the
-    argument why is in `models.inbox.refresh_file`)."""
+    argument why is in `models.inbox_files.refresh_file`)."""
     research_team()
     writers = [(API_SENDER, f"p{n}", 40) for n in range(8)]
     writers += [(JQ_WRITER, f"jq{n}", 50) for n in range(2)]
     run_together(writers, tmp_path)
-    inbox.sync(TEAM)
+    inbox_files.sync(TEAM)
     expected = {f"p{n}-{i}" for n in range(8) for i in range(40)}
     expected |= {f"jq{n}-{i}" for n in range(2) for i in range(50)}
     rows = assert_inbox_consistent(expected)
@@ -312,7 +312,7 @@ def test_the_unlocked_jq_append_recipe_racing_teamflow_writers_loses_nothing(
     leftovers = {p.name for p in path.parent.iterdir() if RECIPIENT in p.name}
     # Nothing set aside or left over; the spare copy (the version before) may be there.
     assert leftovers - {f".{path.name}.spare"} == {path.name, f".{path.name}.state"}
-    assert inbox.sync(TEAM)[RECIPIENT] == (0, 0)
+    assert inbox_files.sync(TEAM)[RECIPIENT] == (0, 0)
 
 
 def test_readers_without_a_lock_see_a_whole_json_array_while_senders_append(

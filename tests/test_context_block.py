@@ -19,7 +19,8 @@ from flows.scope import ScopeError, read_knowledge, step_scope
 from flows.team_task import run_team_task
 from flows.tools import builtin_tools, install_builtin_tools
 from models import membership
-from models.agent import ActionContext, load_conversation
+from models.chimera_response import ActionContext
+from models.conversation import load_conversation
 from models.db import session_scope
 from models.knowledge import (
     KnowledgeEntry,

@@ -144,7 +144,7 @@ def test_analyst_2_recalls_in_a_later_task_what_analyst_1_remembered(ran: dict) 
     from sqlmodel import select
 
     from models.db import session_scope
-    from models.knowledge import MemoryRow
+    from models.memory import MemoryRow
 
     home = ran["home"]
     with session_scope() as s:

@@ -34,8 +34,8 @@ from sqlmodel import Session, select
 
 from flows import demo
 from models import db
-from models.agent import load_conversation
 from models.approval import list_requests
+from models.conversation import load_conversation
 from models.db import session_scope
 from models.task import TaskRow, list_tasks
 

@@ -21,7 +21,7 @@ from factories import TEAM, research_team
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models import backup, inbox, membership, mirror
+from models import backup, inbox_files, membership, mirror
 from models import team as teams
 
 pytestmark = pytest.mark.usefixtures("db_url")
@@ -164,7 +164,7 @@ def test_sync_refuses_cleanly(home: Path, document: bytes) -> None:
     if not teams.list_teams():
         research_team()
     mirror.inbox_path(TEAM, "analyst-1").write_bytes(document)
-    read_with(inbox.sync, TEAM)
+    read_with(inbox_files.sync, TEAM)
 
 
 # --- a few runs through the command line ---------------------------------------------------

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from factories import TEAM, research_team
 
-from models import inbox, membership, mirror, presence
+from models import file_swap, inbox, inbox_files, inbox_message, membership, mirror, presence
 from models import team as teams
-from models.inbox import InboxError, PlanApprovalRequest
+from models.inbox_message import InboxError, PlanApprovalRequest
 from models.team import TeamError
 
 pytestmark = pytest.mark.usefixtures("db_url")
@@ -320,12 +320,12 @@ def test_sync_takes_in_a_jq_append_and_read_flags(home: Path) -> None:
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(out.stdout)
         tmp.replace(path)
-    report = inbox.sync(TEAM)
+    report = inbox_files.sync(TEAM)
     assert report["analyst-1"] == (1, 1)
     rows = inbox.messages(TEAM, "analyst-1")
     assert rows[-1].message_id == "msg-outside-1"
     assert rows[0].read is True
-    assert inbox.sync(TEAM)["analyst-1"] == (0, 0)  # nothing twice
+    assert inbox_files.sync(TEAM)["analyst-1"] == (0, 0)  # nothing twice
     assert jq(".", path) == [r.entry_dict() for r in rows]
 
 
@@ -378,7 +378,7 @@ def test_sync_refuses_a_malformed_entry_naming_it_and_takes_in_the_rest(home: Pa
     path.write_text(json.dumps(entries))
     written = path.read_bytes()
     refused: dict[str, list[str]] = {}
-    assert inbox.sync(TEAM, refused)["analyst-1"] == (1, 0)
+    assert inbox_files.sync(TEAM, refused)["analyst-1"] == (1, 0)
     [line] = refused["analyst-1"]
     assert line.startswith(f"{path}: entry 1: timestamp")
     [kept] = bad_files(path)
@@ -386,7 +386,7 @@ def test_sync_refuses_a_malformed_entry_naming_it_and_takes_in_the_rest(home: Pa
     rows = inbox.messages(TEAM, "analyst-1")
     assert [r.text for r in rows][1:] == ["fine"]
     assert json.loads(path.read_text()) == [r.entry_dict() for r in rows]
-    assert inbox.sync(TEAM, refused)["analyst-1"] == (0, 0)  # reported once: the file is ours
+    assert inbox_files.sync(TEAM, refused)["analyst-1"] == (0, 0)  # reported once: the file is ours
     assert len(refused["analyst-1"]) == 1 and len(bad_files(path)) == 1
 
 
@@ -409,7 +409,7 @@ def test_sync_refuses_an_inbox_file_beyond_the_limits_in_one_line(
     path = mirror.inbox_path(TEAM, "analyst-1")
     path.write_bytes(content)
     refused: dict[str, list[str]] = {}
-    inbox.sync(TEAM, refused)
+    inbox_files.sync(TEAM, refused)
     [line] = refused["analyst-1"]
     assert line.startswith(str(path)) and message in line
     assert [p.read_bytes() for p in bad_files(path)] == [content]
@@ -436,18 +436,18 @@ def test_an_outside_tool_marking_read_without_message_ids_duplicates_nothing(hom
         e["read"] = True
     rewritten.append(outside_entry("new from outside"))
     path.write_text(json.dumps(rewritten, indent=2))
-    assert inbox.sync(TEAM)["analyst-1"] == (1, 3)
+    assert inbox_files.sync(TEAM)["analyst-1"] == (1, 3)
     rows = inbox.messages(TEAM, "analyst-1")
     assert [r.message_id for r in rows[:-1]] == [r.message_id for r in before]
     assert [r.read for r in rows] == [False, True, True, True, False, False]
     assert rows[-1].text == "new from outside" and rows[-1].message_id.startswith("msg-")
     assert rows[4].type == "user_message"  # kept, and back in the file
     assert json.loads(path.read_text()) == [r.entry_dict() for r in rows]
-    assert inbox.sync(TEAM)["analyst-1"] == (0, 0)  # taken in once
+    assert inbox_files.sync(TEAM)["analyst-1"] == (0, 0)  # taken in once
     # The tool writes its view again (no ids, the new one included): still nothing twice.
     again = [{k: e[k] for k in keep} for e in json.loads(path.read_text())]
     path.write_text(json.dumps(again))
-    assert inbox.sync(TEAM)["analyst-1"] == (0, 0)
+    assert inbox_files.sync(TEAM)["analyst-1"] == (0, 0)
     assert len(inbox.messages(TEAM, "analyst-1")) == 6
 
 
@@ -492,7 +492,7 @@ def test_a_truncated_file_keeps_the_entries_before_the_damage(home: Path) -> Non
     entries = json.loads(path.read_text()) + [outside_entry(f"o{i}") for i in range(3)]
     path.write_bytes(json.dumps(entries, indent=2).encode()[:-30])
     refused: dict[str, list[str]] = {}
-    assert inbox.sync(TEAM, refused)["analyst-1"] == (2, 0)
+    assert inbox_files.sync(TEAM, refused)["analyst-1"] == (2, 0)
     [line] = refused["analyst-1"]
     assert "not valid JSON" in line and "the 3 entries before it are kept" in line
     assert [r.text for r in inbox.messages(TEAM, "analyst-1")][1:] == ["o0", "o1"]
@@ -502,7 +502,7 @@ def test_sync_refuses_an_oversize_entry_as_a_send_does_and_takes_in_the_rest(
     home: Path,
 ) -> None:
     research_team()
-    big = "x" * (inbox.DEFAULT_MAX_MESSAGE_BYTES + 1)
+    big = "x" * (inbox_message.DEFAULT_MAX_MESSAGE_BYTES + 1)
     with pytest.raises(InboxError, match="over the limit of 1048576"):
         inbox.send(TEAM, to="analyst-1", sender="coordinator", text=big)
     path = mirror.inbox_path(TEAM, "analyst-1")
@@ -510,7 +510,7 @@ def test_sync_refuses_an_oversize_entry_as_a_send_does_and_takes_in_the_rest(
     entries += [outside_entry("before"), outside_entry(big), outside_entry("after")]
     path.write_text(json.dumps(entries))
     refused: dict[str, list[str]] = {}
-    assert inbox.sync(TEAM, refused)["analyst-1"] == (2, 0)
+    assert inbox_files.sync(TEAM, refused)["analyst-1"] == (2, 0)
     [line] = refused["analyst-1"]
     assert line.startswith(f"{path}: entry 2: message of 1048577 bytes is over the limit")
     assert len(line.splitlines()) == 1 and len(line) < 400
@@ -550,7 +550,7 @@ def test_send_many_is_all_or_nothing(home: Path) -> None:
 def test_without_rename_exchange_the_old_file_is_moved_aside_and_nothing_is_lost(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mirror, "_renameat2", False)  # as where renameat2 is not supported
+    monkeypatch.setattr(file_swap, "_renameat2", False)  # as where renameat2 is not supported
     research_team()
     path = mirror.inbox_path(TEAM, "analyst-1")
     inbox.send(TEAM, to="analyst-1", sender="coordinator", text="one")

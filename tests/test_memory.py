@@ -17,12 +17,11 @@ from factories import TEAM, research_team
 from fakes.embeddings_server import FakeEmbeddings
 from sqlmodel import Session, select
 
-from models import db, membership
+from models import db, membership, memory_search
 from models import memory as store
 from models.base import JSONValue, utcnow
 from models.embeddings import OpenAIEmbedder, configured_embedder
-from models.knowledge import MemoryRow
-from models.memory import MAX_CONTENT, MemoryStoreError
+from models.memory import MAX_CONTENT, MemoryRow, MemoryStoreError
 
 
 @pytest.fixture
@@ -36,7 +35,7 @@ def _count() -> int:
         return s.exec(select(sa.func.count()).select_from(MemoryRow)).one()
 
 
-def _ids(found: list[store.Found]) -> list[uuid.UUID]:
+def _ids(found: list[memory_search.Found]) -> list[uuid.UUID]:
     return [f.memory.memory_id for f in found]
 
 
@@ -78,7 +77,7 @@ def test_an_individual_memory_is_seen_by_its_own_agent_only(team: str) -> None:
             refused()
 
     def seen_by(agent: str) -> set[uuid.UUID]:
-        return set(_ids(store.search(team, "quarterly revenue table", agent=agent)))
+        return set(_ids(memory_search.search(team, "quarterly revenue table", agent=agent)))
 
     assert seen_by("analyst-1") == {private.memory_id, shared.memory_id}
     assert seen_by("analyst-2") == {shared.memory_id}
@@ -93,7 +92,7 @@ def test_no_memory_is_seen_from_another_team(team: str) -> None:
                      content="Revenue grew nine percent")  # fmt: skip
     with pytest.raises(MemoryStoreError, match="'other-team' has no memory"):
         store.get("other-team", mine.memory_id, agent="boss")
-    assert store.search("other-team", "revenue", agent="boss") == []
+    assert memory_search.search("other-team", "revenue", agent="boss") == []
 
 
 def test_forgetting_a_memory_removes_it_from_every_related_list(team: str) -> None:
@@ -112,7 +111,7 @@ def test_forgetting_a_memory_removes_it_from_every_related_list(team: str) -> No
     assert store.get(team, d.memory_id).related_memories == []
     with pytest.raises(MemoryStoreError, match="has no memory"):
         store.get(team, a.memory_id)
-    assert store.search(team, "alpha", agent="analyst-1") == []
+    assert memory_search.search(team, "alpha", agent="analyst-1") == []
 
 
 def test_a_memory_cannot_relate_to_one_its_agent_cannot_see(team: str) -> None:
@@ -155,7 +154,7 @@ def test_unknown_team_or_member_is_refused(team: str) -> None:
     with pytest.raises(MemoryStoreError, match="no member named 'ghost'"):
         store.add(team, "ghost", memory_type="knowledge", content="x")
     with pytest.raises(MemoryStoreError, match="no member named 'ghost'"):
-        store.search(team, "x", agent="ghost")
+        memory_search.search(team, "x", agent="ghost")
     assert _count() == 0
 
 
@@ -170,8 +169,8 @@ def test_an_update_is_checked_and_keeps_full_text_in_step(team: str) -> None:
     )
     assert (changed.content, changed.importance) == ("The database is PostgreSQL", 0.7)
     assert changed.updated_at > m.updated_at
-    assert store.search(team, "mysql", agent="analyst-1") == []
-    assert _ids(store.search(team, "postgresql", agent="analyst-1")) == [m.memory_id]
+    assert memory_search.search(team, "mysql", agent="analyst-1") == []
+    assert _ids(memory_search.search(team, "postgresql", agent="analyst-1")) == [m.memory_id]
 
 
 def test_search_takes_plain_words_in_any_order_and_their_forms(team: str) -> None:
@@ -180,10 +179,10 @@ def test_search_takes_plain_words_in_any_order_and_their_forms(team: str) -> Non
     store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
               content="Lunch is at noon")  # fmt: skip
     for query in ("failing friday deployment", "evening", 'friday "deploy', "FRIDAY: fail?"):
-        assert _ids(store.search(team, query, agent="analyst-2")) == [m.memory_id], query
-    assert store.search(team, "tuesday", agent="analyst-2") == []
+        assert _ids(memory_search.search(team, query, agent="analyst-2")) == [m.memory_id], query
+    assert memory_search.search(team, "tuesday", agent="analyst-2") == []
     with pytest.raises(MemoryStoreError, match="no words"):
-        store.search(team, "?! --", agent="analyst-2")
+        memory_search.search(team, "?! --", agent="analyst-2")
 
 
 def test_more_matching_words_more_importance_and_recent_use_rank_higher(team: str) -> None:
@@ -193,11 +192,11 @@ def test_more_matching_words_more_importance_and_recent_use_rank_higher(team: st
 
     both = add("cache invalidation is hard", 0.5)
     one = add("cache sizes grow", 0.5)
-    assert _ids(store.search(team, "cache invalidation", agent="analyst-1"))[0] == both
+    assert _ids(memory_search.search(team, "cache invalidation", agent="analyst-1"))[0] == both
 
     low = add("retry the flaky upload", 0.1)
     high = add("retry the flaky upload", 0.9)
-    assert _ids(store.search(team, "flaky upload", agent="analyst-1"))[:2] == [high, low]
+    assert _ids(memory_search.search(team, "flaky upload", agent="analyst-1"))[:2] == [high, low]
 
     old = add("rotate the api keys", 0.5)
     new = add("rotate the api keys", 0.5)
@@ -205,7 +204,7 @@ def test_more_matching_words_more_importance_and_recent_use_rank_higher(team: st
         row = s.get(MemoryRow, old)
         row.last_accessed = row.updated_at = utcnow() - timedelta(days=30)
         s.commit()
-    found = store.search(team, "rotate keys", agent="analyst-1")
+    found = memory_search.search(team, "rotate keys", agent="analyst-1")
     assert _ids(found) == [new, old]
     assert found[0].recency > found[1].recency
     assert found[0].score == pytest.approx(0.6 * 1.0 + 0.25 * 0.5 + 0.15 * found[0].recency)
@@ -216,19 +215,19 @@ def test_search_filters_by_type_and_limit(team: str) -> None:
     for i in range(5):
         store.add(team, "analyst-1", memory_type="knowledge", content=f"budget note {i}")
     store.add(team, "analyst-1", memory_type="error_handling", content="budget overrun: stop")
-    found = store.search(team, "budget", agent="analyst-1", memory_types=["error_handling"])
+    found = memory_search.search(team, "budget", agent="analyst-1", memory_types=["error_handling"])
     assert [f.memory.content for f in found] == ["budget overrun: stop"]
-    assert len(store.search(team, "budget", agent="analyst-1", limit=3)) == 3
+    assert len(memory_search.search(team, "budget", agent="analyst-1", limit=3)) == 3
     with pytest.raises(MemoryStoreError, match="'opinion' is not a memory type"):
-        store.search(team, "budget", agent="analyst-1", memory_types=["opinion"])
+        memory_search.search(team, "budget", agent="analyst-1", memory_types=["opinion"])
     with pytest.raises(MemoryStoreError, match="limit"):
-        store.search(team, "budget", agent="analyst-1", limit=0)
+        memory_search.search(team, "budget", agent="analyst-1", limit=0)
 
 
 def test_full_text_finds_what_the_agent_may_see_behind_better_matches_it_may_not(
     team: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store, "CANDIDATES", 2)  # SQLite looks up the best 4 matches first
+    monkeypatch.setattr(memory_search, "CANDIDATES", 2)  # SQLite looks up the best 4 matches first
     hidden = {
         store.add(team, "analyst-1", memory_type="knowledge", content="budget budget budget")
         .memory_id for _ in range(5)
@@ -239,7 +238,7 @@ def test_full_text_finds_what_the_agent_may_see_behind_better_matches_it_may_not
         for i in range(3)
     }  # fmt: skip
     for agent, expected in (("analyst-1", hidden), ("analyst-2", seen)):
-        found = _ids(store.search(team, "budget", agent=agent, limit=2))
+        found = _ids(memory_search.search(team, "budget", agent=agent, limit=2))
         assert len(found) == 2 and set(found) <= expected, agent
 
 
@@ -275,16 +274,20 @@ def test_with_an_embedder_search_finds_meaning_without_shared_words(
     store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
               content="Lunch is at noon")  # fmt: skip
     assert len(store.get(team, dark.memory_id).embedding or []) == 768
-    found = store.search(team, "night theme", agent="analyst-2", limit=1)
+    found = memory_search.search(team, "night theme", agent="analyst-2", limit=1)
     assert _ids(found) == [dark.memory_id]
     assert found[0].relevance == pytest.approx(2 / math.sqrt(4 * 2))  # cosine, no word shared
 
     # the cached matrix sees a memory added after a search
     ship = store.add(team, "analyst-2", memory_type="event_pattern", scope="individual",
                      content="Never release on weekends")  # fmt: skip
-    assert _ids(store.search(team, "friday deploy", agent="analyst-2", limit=1)) == [ship.memory_id]
+    assert _ids(memory_search.search(team, "friday deploy", agent="analyst-2", limit=1)) == [
+        ship.memory_id
+    ]
     # vectors obey visibility too: analyst-1 may not see analyst-2's individual memory
-    assert ship.memory_id not in _ids(store.search(team, "friday deploy", agent="analyst-1"))
+    assert ship.memory_id not in _ids(
+        memory_search.search(team, "friday deploy", agent="analyst-1")
+    )
 
 
 def test_the_dimension_comes_from_the_embedder_and_is_checked_on_write(
@@ -319,7 +322,7 @@ def test_full_text_tables_are_in_place(db_url: str) -> None:
         columns = {c["name"] for c in sa.inspect(engine).get_columns("memories")}
         assert "content_tsv" in columns
         with Session(engine) as s:
-            assert store.pgvector_installed(s) in (True, False)
+            assert memory_search.pgvector_installed(s) in (True, False)
 
 
 # --- vectors as float32 bytes, and the cached matrix ---------------------------------------
@@ -386,7 +389,7 @@ def test_a_memory_stored_before_vectors_is_found_by_them_after_the_migration(
     finally:
         db.upgrade(db_url)
     assert _vector(old) == _float32([0.8, 0.6, 0.0])
-    found = store.search(team, "northern route", agent="analyst-2", embedder=NORTH)
+    found = memory_search.search(team, "northern route", agent="analyst-2", embedder=NORTH)
     assert _ids(found) == [old]
     assert found[0].relevance == pytest.approx(0.8)
 
@@ -403,7 +406,7 @@ def _in_another_process(code: str) -> str:
 
 def test_the_cached_vectors_see_what_another_process_adds_and_forgets(team: str) -> None:
     def found() -> list[uuid.UUID]:
-        return _ids(store.search(team, "northern route", agent="analyst-2", embedder=NORTH))
+        return _ids(memory_search.search(team, "northern route", agent="analyst-2", embedder=NORTH))
 
     first = store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
                       content="lunch is at noon", embedding=[1.0, 0.0, 0.0]).memory_id  # fmt: skip
@@ -422,12 +425,12 @@ def test_a_restored_memory_gets_its_vector_back(team: str, tmp_path: Path) -> No
 
     m = store.add(team, "analyst-1", memory_type="knowledge", scope="shared",
                   content="lunch is at noon", embedding=[1.0, 0.0, 0.0])  # fmt: skip
-    assert _ids(store.search(team, "northern route", agent="analyst-2", embedder=NORTH)) == [
-        m.memory_id
-    ]
+    assert _ids(
+        memory_search.search(team, "northern route", agent="analyst-2", embedder=NORTH)
+    ) == [m.memory_id]
     archive = backup.backup(team, tmp_path / "team.tar.gz")  # the dump leaves the bytes out
     backup.restore(archive, force=True)
     assert _vector(m.memory_id) == _float32([1.0, 0.0, 0.0])
-    assert _ids(store.search(team, "northern route", agent="analyst-2", embedder=NORTH)) == [
-        m.memory_id
-    ]
+    assert _ids(
+        memory_search.search(team, "northern route", agent="analyst-2", embedder=NORTH)
+    ) == [m.memory_id]

@@ -16,11 +16,11 @@ from sqlmodel import select
 from flows.team_task import run_team_task
 from models import membership
 from models import team as teams
-from models.agent import conversations_of
+from models.conversation import conversations_of
 from models.db import session_scope
-from models.knowledge import MemoryRow
+from models.memory import MemoryRow
 from models.task import create_task
-from models.team import agent_id
+from models.team_config import agent_id
 
 FINDING = "Q4 revenue peaked in the Northeast region, driven by enterprise renewals"
 

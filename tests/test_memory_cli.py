@@ -18,7 +18,7 @@ from prefect_server import teamflow as run_teamflow
 from sqlmodel import Session, select
 
 from models import db
-from models.knowledge import MemoryRow
+from models.memory import MemoryRow
 
 ROOT = Path(__file__).resolve().parent.parent
 

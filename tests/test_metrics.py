@@ -20,7 +20,18 @@ import sqlalchemy as sa
 from cli_runner import teamflow as run_teamflow
 from freezegun import freeze_time
 
-from models import alert, approval, db, inbox, membership, plan_timeout, presence, watchdog
+from models import (
+    alert,
+    approval,
+    db,
+    inbox,
+    membership,
+    metric_frames,
+    plan_timeout,
+    presence,
+    watchdog,
+)
+from models import approval_metrics as am
 from models import metrics as m
 from models import team as teams
 from models.agent import AgentStateHistoryRow
@@ -130,30 +141,30 @@ def test_work_over_time_and_throughput_bucket_by_day_and_hour(filled: str) -> No
         (9, 2, 0), (10, 1, 0), (11, 1, 1),
     ]  # fmt: skip
     assert str(hours.bucket.dt.tz) == "UTC"
-    with pytest.raises(m.MetricsError):
+    with pytest.raises(metric_frames.MetricsError):
         m.throughput(TEAM, freq="minute")
 
 
 def test_approval_metrics(filled: str) -> None:
-    plans = m.approvals(TEAM)
+    plans = am.approvals(TEAM)
     assert len(plans) == 4
-    waits = m.approval_waits(TEAM).set_index("member")
+    waits = am.approval_waits(TEAM).set_index("member")
     assert (waits.loc["analyst-2"].requests, waits.loc["analyst-2"].p50_wait_s) == (1, 90.0)
     one = waits.loc["analyst-1"]
     assert (one.requests, one.decided, one.pending) == (3, 2, 1)
     assert one.max_wait_s == 120.0 and one.oldest_pending_s > 0
-    outcomes = {r.status: r.requests for r in m.approval_outcomes(TEAM).itertuples()}
+    outcomes = {r.status: r.requests for r in am.approval_outcomes(TEAM).itertuples()}
     assert outcomes == {"approved": 1, "denied": 2, "pending": 1}
     deciders = {
-        (r.decided_by, r.status): r.requests for r in m.approval_deciders(TEAM).itertuples()
+        (r.decided_by, r.status): r.requests for r in am.approval_deciders(TEAM).itertuples()
     }
     assert deciders == {("coordinator", "approved"): 1, ("coordinator", "denied"): 1,
                         ("system", "denied"): 1}  # fmt: skip
     revisions = {
-        (r.revision, r.status): r.requests for r in m.approval_revisions(TEAM).itertuples()
+        (r.revision, r.status): r.requests for r in am.approval_revisions(TEAM).itertuples()
     }
     assert revisions[(2, "pending")] == 1
-    timeouts = {r.timeout_policy: r for r in m.approval_timeouts(TEAM).itertuples()}
+    timeouts = {r.timeout_policy: r for r in am.approval_timeouts(TEAM).itertuples()}
     assert (timeouts["deny"].requests, timeouts["deny"].timed_out) == (3, 1)  # the revision too
     assert timeouts["deny"].denied_by_timeout == 1
     assert (timeouts["approve"].requests, timeouts["approve"].timed_out) == (1, 0)
@@ -162,7 +173,8 @@ def test_approval_metrics(filled: str) -> None:
 def test_team_glance_has_the_sums_and_counts_of_the_frames(filled: str) -> None:
     # What every team task publishes to the Prefect UI (flows.team_view): plain values, the
     # same as member_work, approval_waits, member_status and tasks_by_status give.
-    from models.task import ExecutionStatus, create_task, set_member_status
+    from models.task import create_task
+    from models.task_status import ExecutionStatus, set_member_status
 
     create_task(TEAM, title="one", assignees=["analyst-1"])
     create_task(TEAM, title="two", assignees=["analyst-2"])
@@ -179,7 +191,7 @@ def test_team_glance_has_the_sums_and_counts_of_the_frames(filled: str) -> None:
     assert "helper" not in glance["members"]  # another team's
 
     work = m.member_work(TEAM).set_index("member")
-    waits = m.approval_waits(TEAM).set_index("member")
+    waits = am.approval_waits(TEAM).set_index("member")
     status = m.member_status(TEAM).set_index("member")
     for member in work.index:
         for key in ("tokens", "steps", "tool_calls", "approval_wait_s"):
@@ -198,17 +210,17 @@ def test_team_glance_has_the_sums_and_counts_of_the_frames(filled: str) -> None:
 def test_unread_backlog_lists_every_member(filled: str) -> None:
     backlog = {r.member: r.unread for r in m.unread_backlog(TEAM).itertuples()}
     for name in ("coordinator", "analyst-1", "analyst-2", "analyst-3"):
-        assert backlog[name] == inbox.unread_count(TEAM, name) == m.unread_count(TEAM, name)
+        assert backlog[name] == inbox.unread_count(TEAM, name)
     assert backlog["analyst-3"] == 0 and backlog["analyst-2"] >= 2
 
 
 def test_everything_is_empty_on_an_empty_database(db_url: str, home: Path) -> None:
-    for query in (m.member_work, m.work_over_time, m.throughput, m.approvals, m.approval_waits,
-                  m.approval_outcomes, m.approval_deciders, m.approval_revisions,
-                  m.approval_timeouts, m.executions, m.tasks_by_status, m.alert_lateness,
+    for query in (m.member_work, m.work_over_time, m.throughput, am.approvals, am.approval_waits,
+                  am.approval_outcomes, am.approval_deciders, am.approval_revisions,
+                  am.approval_timeouts, m.executions, m.tasks_by_status, m.alert_lateness,
                   m.liveness):  # fmt: skip
         assert query("nobody").empty, query.__name__
-    assert m.unread_backlog("nobody").empty and m.unread_count("nobody", "x") == 0
+    assert m.unread_backlog("nobody").empty and inbox.unread_count("nobody", "x") == 0
 
 
 # --- alerts and liveness ---------------------------------------------------------------------
@@ -403,7 +415,7 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
 
 @pytest.mark.parametrize("text", ["", "d", "-1d", "0h", "7days", "1y"])
 def test_parse_duration_refuses(text: str) -> None:
-    with pytest.raises(m.MetricsError, match="bad duration"):
+    with pytest.raises(metric_frames.MetricsError, match="bad duration"):
         m.parse_duration(text)
 
 

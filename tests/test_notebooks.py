@@ -18,17 +18,10 @@ import pytest
 from freezegun import freeze_time
 from nbclient import NotebookClient
 
-from models import alert, approval, db, inbox, membership, plan_timeout, presence
+from models import alert, approval, approval_metrics, db, inbox, membership, plan_timeout, presence
 from models import metrics as m
-from models.task import (
-    ExecutionStatus,
-    TaskMetricsRow,
-    TaskState,
-    create_task,
-    move_task,
-    record_metrics,
-    set_member_status,
-)
+from models.task import TaskMetricsRow, TaskState, create_task, move_task, record_metrics
+from models.task_status import ExecutionStatus, set_member_status
 
 pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
 
@@ -270,7 +263,7 @@ def test_notebooks_on_the_demo_database(
         )
         assert all(r["done"] == r["tasks"] and r["failed"] == 0 for r in summary["members"])
     else:
-        assert summary["requests"] == len(m.approvals(team))
+        assert summary["requests"] == len(approval_metrics.approvals(team))
 
 
 def _generator():
@@ -322,5 +315,5 @@ def test_notebooks_on_a_generated_history(
             "ALARM", "SCHEDULED_EVENT", "TIMER",
         }  # fmt: skip
     else:
-        assert summary["requests"] == len(m.approvals("hist-a", window)) > 0
+        assert summary["requests"] == len(approval_metrics.approvals("hist-a", window)) > 0
     assert os.environ["TEAMFLOW_DATABASE_URL"] == history_db["TEAMFLOW_DATABASE_URL"]

@@ -16,8 +16,8 @@ from prefect_server import teamflow as run_teamflow
 from sqlmodel import Session, select
 
 from models import db
-from models.knowledge import ContextRow, ProjectDefinition, ProjectRow
-from models.project import slug
+from models.knowledge import ContextRow
+from models.project import ProjectDefinition, ProjectRow, slug
 from models.task import TaskRow, TaskState, move_task
 
 

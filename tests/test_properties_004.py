@@ -10,8 +10,10 @@ from hypothesis import strategies as st
 from sqlmodel import Session, delete, select
 
 from models import db
-from models.inbox import InboxMessage, InboxRow, TeamPayloadAdapter
-from models.team import Member, Team, TeamConfig
+from models.inbox_message import InboxMessage, TeamPayloadAdapter
+from models.inbox_table import InboxRow
+from models.team import Member, Team
+from models.team_config import TeamConfig
 
 SETTINGS = settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -8,7 +8,7 @@ from sqlmodel import Session, delete, select
 from strategies import elmo_messages, notifications
 
 from models import db
-from models.inbox import InboxRow
+from models.inbox_table import InboxRow
 from models.notification import Message, NotificationAdapter
 
 

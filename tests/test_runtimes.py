@@ -28,7 +28,8 @@ from flows.runtimes.kinds import runtime_for
 from flows.runtimes.openai import OpenAIRuntime
 from flows.runtimes.scripted import ScriptedRuntime
 from flows.tools import builtin_tools, run_tool
-from models.agent import ChimeraResponse, ChimeraStatus, ConversationMessage
+from models.chimera_response import ChimeraResponse, ChimeraStatus
+from models.conversation import ConversationMessage
 from models.tool import ToolResult
 
 TOOLS = {t.tool_id: t for t in builtin_tools()}

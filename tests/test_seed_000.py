@@ -26,14 +26,12 @@ from models.knowledge import (
     ContextRow,
     KnowledgeEntry,
     KnowledgeEntryRow,
-    ProjectDefinition,
-    ProjectRow,
-    PromptTemplate,
-    PromptTemplateRow,
     ResourceDefinition,
     ResourceRow,
 )
 from models.notification import Message
+from models.project import ProjectDefinition, ProjectRow
+from models.prompt_template import PromptTemplate, PromptTemplateRow
 
 EXAMPLES = [
     ("000_context", Context, ContextRow),

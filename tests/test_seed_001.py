@@ -27,7 +27,7 @@ from strategies import (
 )
 
 from models.api import ApiResponseAdapter, ErrorResponse, SuccessResponse
-from models.knowledge import Memory, MemoryRow, MemoryType
+from models.memory import Memory, MemoryRow, MemoryType
 from models.notification import (
     NOTIFICATION_CLASSES,
     NotificationAdapter,
@@ -43,9 +43,8 @@ from models.task import (
     TaskMetricsRow,
     TaskRow,
     TaskState,
-    TaskStatus,
-    TaskStatusRow,
 )
+from models.task_status import TaskStatus, TaskStatusRow
 
 EXAMPLES = [
     ("001_task_create", TaskCreate),

@@ -13,7 +13,7 @@ from hypothesis import given
 from pydantic import ValidationError
 from strategies import chimera_responses
 
-from models.agent import ChimeraResponse, ChimeraStatus, Execution, ThoughtType
+from models.chimera_response import ChimeraResponse, ChimeraStatus, Execution, ThoughtType
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXAMPLES = ["002_v1.json", "002_v2_task_started.json", "002_v2_context.json"]

@@ -18,12 +18,8 @@ from pydantic import ValidationError
 from sqlmodel import Session, delete, select
 from strategies import conversation_messages, conversations
 
-from models.agent import (
-    AGENT_AVAILABLE,
-    AGENT_BUSY,
-    AGENT_GONE,
-    AgentStateRow,
-    AgentStateStatus,
+from models.agent import AGENT_AVAILABLE, AGENT_BUSY, AGENT_GONE, AgentStateRow, AgentStateStatus
+from models.conversation import (
     AssistantContent,
     Conversation,
     ConversationMessage,

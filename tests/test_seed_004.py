@@ -11,8 +11,10 @@ from pydantic import TypeAdapter, ValidationError
 from sqlmodel import Session, select
 
 from models import db
-from models.inbox import InboxMessage, InboxRow, TeamPayloadAdapter
-from models.team import Member, Team, TeamConfig, TeamMember
+from models.inbox_message import InboxMessage, TeamPayloadAdapter
+from models.inbox_table import InboxRow
+from models.team import Member, Team
+from models.team_config import TeamConfig, TeamMember
 
 FIXTURES = Path(__file__).parent / "fixtures"
 InboxFile = TypeAdapter(list[InboxMessage])

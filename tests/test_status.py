@@ -16,7 +16,8 @@ def test_every_value_of_the_vocabulary_is_mapped(name: str) -> None:
 def test_every_status_vocabulary_is_the_source_of_some_mapping() -> None:
     from models.agent import AgentStateStatus
     from models.knowledge import ElmoStatus
-    from models.task import ExecutionStatus, TaskState
+    from models.task import TaskState
+    from models.task_status import ExecutionStatus
 
     sources = {vocabulary for _, vocabulary in status.MAPPINGS.values()}
     assert {TaskState, ElmoStatus, ExecutionStatus, AgentStateStatus} <= sources

@@ -11,7 +11,7 @@ from sqlmodel import Session
 
 from flows.system_alert import system_alert
 from models import alert as alert_store
-from models import db, inbox
+from models import db, inbox, inbox_table
 from models import team as teams
 from models.alert import Alert
 from models.notification import SystemAlertNotification
@@ -22,7 +22,7 @@ def alert(**parameters):
     return asyncio.run(system_alert(**parameters, return_state=True))
 
 
-def alerts_of(member: str) -> list[inbox.InboxRow]:
+def alerts_of(member: str) -> list[inbox_table.InboxRow]:
     """The system alerts in a member's inbox (its initial system message left out)."""
     return [row for row in inbox.messages(TEAM, member) if row.type == "system_alert"]
 

@@ -14,17 +14,9 @@ import pytest
 from factories import FIXTURES, TEAM, research_team
 
 from flows.render import render
-from models.agent import Conversation
-from models.task import (
-    ExecutionStatus,
-    TaskError,
-    TaskState,
-    create_task,
-    get_task,
-    list_tasks,
-    move_task,
-    set_member_status,
-)
+from models.conversation import Conversation
+from models.task import TaskError, TaskState, create_task, get_task, list_tasks, move_task
+from models.task_status import ExecutionStatus, set_member_status
 
 pytestmark = pytest.mark.usefixtures("db_url")
 

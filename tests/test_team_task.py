@@ -168,7 +168,7 @@ def test_params_that_violate_the_schema_never_run_the_tool(team: str) -> None:
     result = _run(task.id)
     assert result["status"] == "completed"
     from flows.runtimes import tool_results
-    from models.agent import load_conversation
+    from models.conversation import load_conversation
 
     with session_scope() as s:
         conversation = load_conversation(

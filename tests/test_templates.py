@@ -15,8 +15,13 @@ from prefect_server import teamflow as run_teamflow
 from sqlmodel import Session, select
 
 from models import db
-from models.knowledge import PromptTemplate, PromptTemplateRow
-from models.prompt_template import add_template, get_template, variables_of
+from models.prompt_template import (
+    PromptTemplate,
+    PromptTemplateRow,
+    add_template,
+    get_template,
+    variables_of,
+)
 from models.team import Member
 
 ANALYST = "You analyse {{ region }} sales for {{quarter}}. Start with {{region}}."

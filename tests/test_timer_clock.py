@@ -19,7 +19,7 @@ from freezegun import freeze_time
 from flows import timers
 from flows.system_alert import _deliver, fire_due_timers
 from models import alert as store
-from models import approval, db, inbox
+from models import approval, db, inbox, inbox_table
 from models.alert import AlertError, AlertStatus
 from models.notification import SystemAlertPayload
 from models.team import get_member
@@ -36,7 +36,7 @@ def timer(name: str = "standup", *, due: datetime = DUE, run: str | None = "run-
     return alert.id
 
 
-def alerts_of(member: str) -> list[inbox.InboxRow]:
+def alerts_of(member: str) -> list[inbox_table.InboxRow]:
     return [m for m in inbox.messages(TEAM, member) if m.type == "system_alert"]
 
 

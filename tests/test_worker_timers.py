@@ -20,7 +20,7 @@ from teamflow_workers import ended_runs, register_deployments, teamflow_workers
 
 from flows.alerts import create_timer
 from flows.system_alert import DEPLOYMENT
-from models import inbox
+from models import inbox, inbox_table
 from models.alert import last_firing
 
 pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
@@ -117,5 +117,5 @@ def test_a_timer_goes_off_while_the_prefect_server_is_away_and_its_run_follows(
     assert alerts_of("analyst-2") == []
 
 
-def alerts_of(member: str) -> list[inbox.InboxRow]:
+def alerts_of(member: str) -> list[inbox_table.InboxRow]:
     return [m for m in inbox.messages(TEAM, member) if m.type == "system_alert"]

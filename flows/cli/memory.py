@@ -90,7 +90,7 @@ def memory_search(
     as_json: JsonFlag = False,
 ) -> None:
     """What a member may see that matches QUERY, best first (relevance, importance, recency)."""
-    from models import memory as store
+    from models import memory_search as store
 
     found = store.search(team, query, agent=agent, memory_types=memory_types, limit=limit)
     if as_json:

@@ -75,11 +75,12 @@ def metrics(
 ) -> None:
     """Per member: tasks, failures, p50 duration, tokens, tool calls, plan wait, unread, time
     busy / idle / offline; per alert type: firings, delivered, missed, lateness."""
+    from models import metric_frames
     from models import metrics as m
 
     try:
         window = m.parse_duration(since) if since is not None else None
-    except m.MetricsError as exc:
+    except metric_frames.MetricsError as exc:
         fail(f"--since: {exc}")
     if plot is not None:
         if plot.suffix.lower() != ".png":
@@ -87,7 +88,7 @@ def metrics(
         if not plot.parent.is_dir():
             fail(f"--plot {plot}: no directory {str(plot.parent)!r}")
     m.check_team(team_name)
-    start = m.window_start(window)
+    start = metric_frames.window_start(window)
     frame = m.headline(team_name, start)
     alerts = m.alert_lateness(team_name, start)
     if plot is not None:

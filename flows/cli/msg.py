@@ -28,10 +28,10 @@ def msg_send(
     A typed message (`--type shutdown_approved`, `plan_approval_response`, ...) carries its
     JSON as `--text`; it is checked against its format.
     """
-    from models import inbox
+    from models import inbox, inbox_message
 
-    if kind in inbox.PAYLOAD_TYPES:
-        payload = inbox.parse_payload(kind, text)
+    if kind in inbox_message.PAYLOAD_TYPES:
+        payload = inbox_message.parse_payload(kind, text)
         row = inbox.send_payload(team_name, to=to, sender=sender, payload=payload, summary=summary)
     else:
         row = inbox.send(team_name, to=to, sender=sender, text=text, summary=summary, type=kind)

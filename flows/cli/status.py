@@ -21,7 +21,7 @@ def log(
 ) -> None:
     """A member's conversation in the console format of seed 003."""
     from flows.render import render
-    from models.agent import conversations_of
+    from models.conversation import conversations_of
     from models.db import session_scope
     from models.team import get_member
 
@@ -72,10 +72,10 @@ def sync(
     JSON is refused with one line each on stderr, the rest taken in, the file kept as
     `{member}.json.bad-{time}`; the exit code is then 1.
     """
-    from models import inbox
+    from models import inbox_files
 
     refused: dict[str, list[str]] = {}
-    report = inbox.sync(team_name, refused)
+    report = inbox_files.sync(team_name, refused)
     if as_json:
         emit(
             {

@@ -164,12 +164,14 @@ def recall(
     team_name: str, query: str, ctx: Context, limit: int = 10, agent_name: str = ""
 ) -> list[dict[str, Any]]:
     """Search what you remembered and what your team shared, best first (plain words)."""
-    from models import memory
+    from models import memory_search
 
     with refusals(ctx) as who:
         member = _member(who, agent_name)
         authorize(who, Action.MEMORY_READ, team_name, member)
-        return [f.to_json() for f in memory.search(team_name, query, agent=member, limit=limit)]
+        return [
+            f.to_json() for f in memory_search.search(team_name, query, agent=member, limit=limit)
+        ]
 
 
 def alert_timer(

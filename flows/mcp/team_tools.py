@@ -239,6 +239,7 @@ def _shutdown_response(
     from models import team as teams
     from models.base import utcnow
     from models.db import session_scope
+    from models.inbox_message import ShutdownApproved, ShutdownRejected
 
     authorize(who, Action.SHUTDOWN_ANSWER, team_name, me)
     if not request_id or approve is None:
@@ -249,14 +250,14 @@ def _shutdown_response(
             raise ValueError(f"shutdown {request_id} was not asked of {me} in team {team_name}")
         member = teams.get_member(s, team_name, me)
         if approve:
-            payload = inbox.ShutdownApproved(
+            payload = ShutdownApproved(
                 request_id=request_id,
                 backend_type=member.backend_type,
                 pane_id=member.tmux_pane_id,
                 timestamp=utcnow(),
             )
         else:
-            payload = inbox.ShutdownRejected(
+            payload = ShutdownRejected(
                 request_id=request_id, reason=reason or "", timestamp=utcnow()
             )
         row = inbox.send_payload(

@@ -30,8 +30,9 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from models.agent import ChimeraResponse, ConversationMessage, ConversationRole
 from models.base import utcnow
+from models.chimera_response import ChimeraResponse
+from models.conversation import ConversationMessage, ConversationRole
 from models.tool import ToolDefinition, ToolResult
 
 __all__ = [

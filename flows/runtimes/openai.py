@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from flows.runtimes import MEMBER_KEYS, StepError, StepRequest, StepResult, parse_chimera
-from models.agent import ConversationRole
+from models.conversation import ConversationRole
 
 DEFAULT_TIMEOUT = 60.0
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n(.*?)\n?```", re.DOTALL)

@@ -62,7 +62,7 @@ from flows.runtimes import (
     parse_chimera,
     tool_results,
 )
-from models.agent import ConversationRole
+from models.conversation import ConversationRole
 from models.tool import ToolResult, ToolResultStatus
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")

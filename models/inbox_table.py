@@ -1,0 +1,340 @@
+"""The inbox table: every message a member receives is one `inbox_messages` row.
+
+The same row reads back as a `004` inbox entry (`from, text, summary, timestamp, color,
+read, messageId, type, metadata`), a `001` notification (`notification_id,
+recipient_agent_id, notification_type, source, payload`) or a `000` message (`message_id,
+type, sender, recipient, payload, status`).
+
+Beside it, each inbox's counter (`inbox_counters`): the dense sequence of its messages and
+the version of its file, advanced in the transaction of every change (`bump`, `set_read`).
+The store is `models.inbox`; the files are `models.inbox_files`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+import sqlalchemy as sa
+from sqlmodel import Field as SQLField
+from sqlmodel import Session, SQLModel
+
+from models.base import format_js_timestamp, json_column, utc_column, utcnow
+from models.inbox_message import (
+    NOTIFICATION_TYPES,
+    PAYLOAD_TYPES,
+    InboxError,
+    InboxMessage,
+    TeamPayloadAdapter,
+)
+from models.mirror import mark
+
+
+class InboxRow(SQLModel, table=True):
+    """One message in one member's inbox; the database's copy of every inbox entry."""
+
+    __tablename__ = "inbox_messages"
+    __table_args__ = (
+        sa.UniqueConstraint("team", "recipient", "seq", name="uq_inbox_messages_seq"),
+        sa.UniqueConstraint("team", "recipient", "message_id", name="uq_inbox_messages_message_id"),
+        sa.Index("ix_inbox_messages_unread", "team", "recipient", "read", "seq"),
+        sa.Index("ix_inbox_messages_sender", "team", "recipient", "sender"),
+    )
+
+    id: int | None = SQLField(default=None, primary_key=True)
+    seq: int = SQLField(default=0, description="Position in its inbox: 1, 2, 3, ...")
+    message_id: str = SQLField(max_length=255)
+    team: str = SQLField(max_length=64)
+    recipient: str = SQLField(max_length=255)
+    recipient_agent_id: str | None = SQLField(
+        default=None, max_length=255, description="`001` recipient id when it is not name@team"
+    )
+    sender: str = SQLField(max_length=255)
+    text: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False))
+    summary: str = SQLField(sa_column=sa.Column(sa.Text, nullable=False, server_default=""))
+    timestamp: Any = SQLField(default_factory=utcnow, sa_column=utc_column(nullable=False))
+    color: str = SQLField(max_length=16)
+    read: bool = SQLField(default=False)
+    junk: bool = SQLField(default=False, description="`000` status junk")
+    type: str | None = SQLField(default=None, max_length=64)
+    category: str | None = SQLField(default=None, max_length=16, description="`000` type")
+    payload: Any = SQLField(default=None, sa_column=json_column())
+    meta: dict | None = SQLField(default=None, sa_column=json_column("metadata"))
+    extra: dict = SQLField(default_factory=dict, sa_column=json_column(nullable=False))
+    fields_set: list | None = SQLField(
+        default=None,
+        sa_column=json_column(),
+        description="Which optional 004 keys an imported entry carried (None: all of them)",
+    )
+
+    # -- 004 ---------------------------------------------------------------------------------
+
+    @classmethod
+    def from_entry(cls, team: str, recipient: str, entry: InboxMessage) -> InboxRow:
+        """A row from a `004` inbox entry (a structured entry's JSON text becomes its payload)."""
+        return cls(**entry_values(team, recipient, entry))
+
+    def to_entry(self) -> InboxMessage:
+        """The row as a `004` inbox entry."""
+        return InboxMessage.model_validate(self.entry_dict())
+
+    def entry_dict(self) -> dict[str, Any]:
+        """The row as a `004` inbox entry, JSON-ready (fast: the row was validated on write)."""
+        return entry_of(_Fields(self))
+
+    # -- 001 ---------------------------------------------------------------------------------
+
+    @classmethod
+    def from_notification(cls, team: str, notification: Any, *, color: str = "system") -> InboxRow:
+        """A row from a `001` notification (`models.notification.Notification`)."""
+        recipient = notification.recipient_agent_id.split("@", 1)[0]
+        payload = notification.payload.model_dump(mode="json", by_alias=True)
+        text = _notification_text(notification.notification_type, payload)
+        return cls(
+            message_id=str(notification.notification_id),
+            team=team,
+            recipient=recipient,
+            sender=notification.source,
+            text=text,
+            summary=notification.notification_type.replace("_", " "),
+            timestamp=notification.timestamp,
+            color=color,
+            type=notification.notification_type,
+            payload=payload,
+            recipient_agent_id=notification.recipient_agent_id,
+        )
+
+    def to_notification(self) -> Any:
+        """The row as a `001` notification; only notification types have this form."""
+        from models.notification import NotificationAdapter  # jsonschema, tasks: not for a send
+
+        if self.type not in NOTIFICATION_TYPES:
+            raise ValueError(f"message {self.message_id} of type {self.type!r} is no notification")
+        recipient = self.recipient_agent_id or f"{self.recipient}@{self.team}"
+        return NotificationAdapter.validate_python(
+            {
+                # 001 ids are UUIDs; teamflow's message ids are `msg-{uuid}`.
+                "notification_id": self.message_id.removeprefix("msg-"),
+                "timestamp": self.timestamp,
+                "recipient_agent_id": recipient,
+                "notification_type": self.type,
+                "source": self.sender,
+                "payload": self.payload,
+            }
+        )
+
+    # -- 000 ---------------------------------------------------------------------------------
+
+    @classmethod
+    def from_message(cls, team: str, message: Any, *, color: str = "system") -> InboxRow:
+        """A row from a `000` message (`models.notification.Message`)."""
+        payload = message.payload.model_dump(mode="json", by_alias=True)
+        content = payload.get("content")
+        status = message.status.value
+        return cls(
+            message_id=message.message_id,
+            team=team,
+            recipient=message.recipient,
+            sender=message.sender,
+            text=content if isinstance(content, str) else json.dumps(content),
+            summary=str(payload.get("type", "")),
+            timestamp=message.timestamp,
+            color=color,
+            read=status == "read",
+            junk=status == "junk",
+            category=message.type.value,
+            payload=payload,
+        )
+
+    def to_message(self) -> Any:
+        """The row as a `000` message."""
+        from models.notification import Message
+
+        if self.payload is not None and self.category is not None:
+            payload = self.payload
+        else:
+            payload = {"type": self.type or "text", "content": self.text}
+        status = "junk" if self.junk else "read" if self.read else "sent"
+        return Message.model_validate(
+            {
+                "message_id": self.message_id,
+                "type": self.category or "event",
+                "sender": self.sender,
+                "recipient": self.recipient,
+                "timestamp": self.timestamp,
+                "payload": payload,
+                "status": status,
+            }
+        )
+
+
+def entry_of(row: Any) -> dict[str, Any]:
+    """A `004` entry from a row's values by attribute name (`meta` for `metadata`)."""
+    data: dict[str, Any] = {
+        "from": row["sender"],
+        "text": row["text"],
+        "summary": row["summary"],
+        "timestamp": format_js_timestamp(row["timestamp"]),
+        "color": row["color"],
+        "read": row["read"],
+    }
+    fields_set = row["fields_set"]
+    present = ("messageId", "type", "metadata") if fields_set is None else fields_set
+    if "messageId" in present:
+        data["messageId"] = row["message_id"]
+    if row["type"] is not None and "type" in present:
+        data["type"] = row["type"]
+    if row["meta"] is not None and "metadata" in present:
+        data["metadata"] = row["meta"]
+    data.update(row["extra"] or {})
+    return data
+
+
+def entry_values(
+    team: str, recipient: str, entry: InboxMessage, payload: Any = None
+) -> dict[str, Any]:
+    """An `InboxRow`'s attributes from a `004` inbox entry; `payload` None: a structured
+    entry's JSON text is parsed for it."""
+    if payload is None and entry.type in PAYLOAD_TYPES:
+        try:
+            payload = TeamPayloadAdapter.validate_json(entry.text).model_dump(mode="json")
+        except ValueError:
+            payload = None
+    fields_set = entry.model_fields_set
+    return {
+        "message_id": entry.message_id or new_message_id(),
+        "team": team,
+        "recipient": recipient,
+        "recipient_agent_id": None,
+        "sender": entry.from_,
+        "text": entry.text,
+        "summary": entry.summary,
+        "timestamp": entry.timestamp,
+        "color": entry.color.value,
+        "read": entry.read,
+        "junk": False,
+        "type": entry.type.value if entry.type else None,
+        "category": None,
+        "payload": payload,
+        "meta": entry.metadata,
+        "extra": dict(entry.model_extra or {}),
+        "fields_set": [k for k, name in _OPTIONAL_KEYS if name in fields_set],
+    }
+
+
+_OPTIONAL_KEYS = (("messageId", "message_id"), ("type", "type"), ("metadata", "metadata"))
+"""The optional `004` keys an entry may leave out, with their `InboxMessage` attributes."""
+
+
+def new_message_id() -> str:
+    import uuid
+
+    return f"msg-{uuid.uuid4()}"
+
+
+def _notification_text(kind: str, payload: dict[str, Any]) -> str:
+    for key in ("message", "content", "task_description", "error_message"):
+        value = payload.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return json.dumps(payload, sort_keys=True)
+
+
+class InboxCounter(SQLModel, table=True):
+    """Per inbox: a dense sequence for its messages and a version bumped on every change.
+
+    Taken with a row lock in the same transaction as the change, so `seq` follows commit
+    order on PostgreSQL too; the file mirror appends what came after the `seq` it last wrote,
+    and rewrites the file when the version says something other than an append happened.
+    """
+
+    __tablename__ = "inbox_counters"
+
+    team: str = SQLField(primary_key=True, max_length=64)
+    member: str = SQLField(primary_key=True, max_length=64)
+    seq: int = SQLField(default=0)
+    version: int = SQLField(default=0)
+
+
+ATTRIBUTES = {prop.columns[0].key: prop.key for prop in sa.inspect(InboxRow).column_attrs}
+COLUMNS = {attribute: column for column, attribute in ATTRIBUTES.items()}
+"""`InboxRow`'s attribute names by column name, and back (`meta` is column `metadata`)."""
+
+
+class _Fields:
+    """An object's attributes read as `obj["name"]`."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+
+    def __getitem__(self, attribute: str) -> Any:
+        return getattr(self.obj, attribute)
+
+
+class ResultAttributes:
+    """A Core result row read by attribute name (no `InboxRow` built: the mirror's hot path)."""
+
+    def __init__(self, mapping: Any) -> None:
+        self.mapping = mapping
+
+    def __getitem__(self, attribute: str) -> Any:
+        return self.mapping[COLUMNS.get(attribute, attribute)]
+
+
+# --- the counter and the read flags, in the caller's transaction -----------------------------
+
+
+def bump(session: Session, team: str, member: str, *, appended: bool, by: int = 1) -> int:
+    """Advances the inbox counter by `by` (row-locked until commit); returns the new `seq`."""
+    params = {"the_team": team, "the_member": member, "by": by}
+    result = execute(session, _counter_update(appended), params).first()
+    if result is None:
+        raise InboxError(f"team {team!r} has no inbox for {member!r}")
+    mark(session, "inbox", (team, member), version=result[1])
+    return result[0]
+
+
+def execute(session: Session, statement: Any, params: dict[str, Any]) -> sa.CursorResult:
+    """Runs a Core statement in the session's transaction, as `session.execute` would (the
+    session's pending objects are flushed first) but without the ORM's execution machinery,
+    which costs a send about as much as its statements do."""
+    if session.autoflush:
+        session.flush()
+    return session.connection().execute(statement, params)
+
+
+def set_read(session: Session, team: str, member: str, message_ids: list[str] | None) -> int:
+    """Marks the member's unread messages (those of `message_ids`, None: all) read, unchecked;
+    returns how many changed."""
+    query = sa.update(InboxRow).where(
+        InboxRow.team == team, InboxRow.recipient == member, InboxRow.read == sa.false()
+    )
+    if message_ids is not None:
+        if not message_ids:
+            return 0
+        query = query.where(InboxRow.message_id.in_(message_ids))
+    changed = session.exec(query.values(read=True)).rowcount
+    if changed:
+        bump(session, team, member, appended=False)
+        mark(session, "inbox", (team, member))
+    return changed
+
+
+@functools.cache
+def _counter_update(appended: bool) -> Any:
+    """The counter's UPDATE for a change (`appended`: one that adds messages), built once per
+    process: building one anew (and computing its cache key) costs more than running it."""
+    p = sa.bindparam
+    counters = InboxCounter.__table__
+    values = {"version": counters.c.version + p("by")}
+    if appended:
+        values["seq"] = counters.c.seq + p("by")
+    # (Not `team`, `member`: an UPDATE reserves its columns' names for its SET values.)
+    inbox = (counters.c.team == p("the_team")) & (counters.c.member == p("the_member"))
+    return (
+        sa.update(counters)
+        .where(inbox)
+        .values(**values)
+        .returning(counters.c.seq, counters.c.version)
+    )
