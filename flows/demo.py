@@ -26,6 +26,7 @@ from typing import Any
 
 from models import db, membership
 from models import team as teams
+from models.settings import get_settings
 
 TEAM = "research-team"
 LEAD = "coordinator"
@@ -333,7 +334,7 @@ def run(
     # The terminal shows warnings only; the runs' INFO lines still reach the Prefect UI.
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    home = db.settings().home
+    home = get_settings().home
     started = time.monotonic()
     server = _server()  # before anything is written: no server, no task left behind
     echo("1/4 setting up the team, its data and its task")
@@ -362,7 +363,7 @@ def run(
         "shutdowns": [{k: s.get(k) for k in ("member", "status", "forced")} for s in shutdowns],
         "files": files,
         "home": str(home),
-        "database": db.redact(db.settings().database_url),
+        "database": db.redact(get_settings().database_url),
         "prefect": _ui(server),
         "seconds": round(time.monotonic() - started, 1),
     }

@@ -20,12 +20,11 @@ from typing import Any
 import anyio
 from prefect import get_run_logger
 
-from flows.run_watch import seconds_env
 from flows.steps import Work, alive, member_status, work_on
+from models.settings import get_settings
 
 KIND = "mcp"
 """The runtime kind of an outside member."""
-DEFAULT_CHECK_S = 0.5
 
 
 def is_outside(runtime: dict[str, Any] | None) -> bool:
@@ -75,7 +74,7 @@ async def await_report(info: dict[str, Any], name: str) -> Work:
     logger = get_run_logger()
     work = Work(member=name)
     team, task_id = info["team"], info["id"]
-    check = seconds_env("TEAMFLOW_OUTSIDE_CHECK_SECONDS", DEFAULT_CHECK_S)
+    check = get_settings().outside_check_seconds
     started = time.monotonic()
     await member_status(team, name, "running")
     logger.info("%s works on the task through MCP; waiting for its report", name)

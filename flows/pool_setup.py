@@ -6,18 +6,17 @@ Each step may be run again: it leaves what exists as it is, or updates it in pla
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from flows.up_processes import POOL, PROJECT_ROOT, UpError, child_env, last_error, log_path
+from models.settings import get_settings
 
 CRASH_AUTOMATION = "teamflow: crash runs without heartbeats"
 BUSY_TRIES = 3
 """How often `up` tries a step (deploy, automation, schedule) when the server answers 503."""
-DEFAULT_CRASH_AFTER_SECONDS = 90
 """A run whose heartbeats stop for this long is marked Crashed (three missed heartbeats)."""
 EXPECTED_AFTER_A_HEARTBEAT = {
     f"prefect.flow-run.{name}"
@@ -122,9 +121,7 @@ def ensure_crash_automation(pool: str = POOL, within_seconds: float | None = Non
     from prefect.events.schemas.events import ResourceSpecification
 
     if within_seconds is None:
-        within_seconds = float(
-            os.environ.get("TEAMFLOW_CRASH_AFTER_SECONDS") or DEFAULT_CRASH_AFTER_SECONDS
-        )
+        within_seconds = get_settings().crash_after_seconds
     with get_client(sync_client=True) as client:
         deployments = client.read_deployments(
             work_pool_filter=WorkPoolFilter(name={"any_": [pool]}), limit=200

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import os
 import threading
 import time
 import uuid
@@ -38,10 +37,11 @@ from prefect.exceptions import PrefectHTTPStatusError
 from prefect.logging import get_logger
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
+from models.settings import get_settings
+
 ENDING = frozenset({"CANCELLING", "CANCELLED", "FAILED", "CRASHED", "COMPLETED"})
 """State types that end a wait: someone cancelled (or otherwise ended) the paused run."""
 WAKING = ENDING | {"RUNNING"}
-DEFAULT_POLL_S = 10.0
 RETRY_S = 2.0
 """While the stream or the API is away: read and subscribe again this often."""
 IDLE_S = 30.0
@@ -50,16 +50,8 @@ READ_CHUNK = 200
 logger = get_logger("teamflow.run_watch")
 
 
-def seconds_env(name: str, default: float) -> float:
-    """A period in seconds from the environment variable `name` (at least 0.05)."""
-    try:
-        return max(0.05, float(os.environ.get(name) or default))
-    except ValueError:
-        return default
-
-
 def poll_seconds() -> float:
-    return seconds_env("TEAMFLOW_PAUSE_POLL_SECONDS", DEFAULT_POLL_S)
+    return get_settings().pause_poll_seconds
 
 
 def state_event_filter() -> EventFilter:

@@ -16,7 +16,6 @@ Prefect server nothing.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from typing import Any
 
@@ -27,21 +26,11 @@ from prefect.context import FlowRunContext
 from flows.plan_approval import tag_run
 from models import inbox_files, mirror, shutdown
 from models.base import utcnow
+from models.settings import get_settings
 from models.shutdown import Shutdown, ShutdownStatus
 
 FLOW_NAME = "shutdown-member"
 DEPLOYMENT = f"{FLOW_NAME}/{FLOW_NAME}"
-DEFAULT_CHECK_S = 0.25
-TMUX_SOCKET_ENV = "TEAMFLOW_TMUX_SOCKET"
-"""The tmux server of the members' panes: a socket name (`tmux -L`) or path (`tmux -S`)."""
-
-
-def _check_s() -> float:
-    try:
-        value = float(os.environ.get("TEAMFLOW_SHUTDOWN_CHECK_SECONDS") or DEFAULT_CHECK_S)
-    except ValueError:
-        return DEFAULT_CHECK_S
-    return max(0.02, value)
 
 
 # --- tasks ---------------------------------------------------------------------------------
@@ -98,7 +87,7 @@ async def close_pane(request_id: str) -> str | None:
             member = s.get(Member, (row.team, row.member))
             if member is None or member.backend_type != "tmux":
                 return None, None
-            socket = (member.runtime or {}).get("tmux_socket") or os.environ.get(TMUX_SOCKET_ENV)
+            socket = (member.runtime or {}).get("tmux_socket") or get_settings().tmux_socket
             return member.tmux_pane_id or row.pane_id, socket
 
     pane, socket = await anyio.to_thread.run_sync(find)
@@ -157,7 +146,7 @@ async def wait_for_answer(request_id: str, check_s: float | None = None) -> Shut
     A refusal is remembered; once the member says its task is done, it is asked again.
     """
     logger = get_run_logger()
-    check_s = check_s or _check_s()
+    check_s = check_s or get_settings().shutdown_check_seconds
     seen: tuple[str, str | None] | None = None
     while True:
         row, finished, problem = await anyio.to_thread.run_sync(poll, request_id)

@@ -22,12 +22,23 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-TMUX_SOCKET_ENV = "TEAMFLOW_TMUX_SOCKET"
+from models.settings import get_settings
+
 SESSION = "teamflow"
-COMMAND_ENV = "TEAMFLOW_AGENT_COMMAND"
+COMMAND_ENV = "TEAMFLOW_AGENT_COMMAND"  # named in messages; read as settings.agent_command
 """The agent program `spawn_teammate` starts when the call names none."""
-PASSED_ENV = ("TEAMFLOW_DATABASE_URL", "TEAMFLOW_HOME", "PREFECT_API_URL", "PATH")
-"""What the member's pane gets from this process's environment (besides its token)."""
+
+
+def _passed_env() -> dict[str, str]:
+    """What the member's MCP server and pane get from this process (besides its token): the
+    same teamflow home and database, and the same Prefect server."""
+    settings = get_settings()
+    env = {"TEAMFLOW_HOME": str(settings.home)}
+    if settings.database_url:
+        env["TEAMFLOW_DATABASE_URL"] = settings.database_url
+    if os.environ.get("PREFECT_API_URL"):
+        env["PREFECT_API_URL"] = os.environ["PREFECT_API_URL"]
+    return env
 
 
 class SpawnError(ValueError):
@@ -47,7 +58,7 @@ send_message(type="shutdown_response", request_id=..., approve=true)."""
 
 def tmux(socket: str | None = None) -> list[str]:
     """`tmux`, pointed at the members' tmux server when it is not the default one."""
-    socket = socket if socket is not None else os.environ.get(TMUX_SOCKET_ENV)
+    socket = socket if socket is not None else get_settings().tmux_socket
     if not socket:
         return ["tmux"]
     return ["tmux", "-S" if "/" in socket else "-L", socket]
@@ -90,8 +101,7 @@ def spawn_member(team: str, name: str, *, command: str, cwd: str | None = None) 
     folder = mirror.ensure_dir(mirror.member_tasks_dir(team, name))
     token = identity.issue_token(team, name)
     config = folder / "mcp.json"
-    server_env = {"TEAMFLOW_TOKEN": token}
-    server_env.update({k: os.environ[k] for k in PASSED_ENV[:3] if os.environ.get(k)})
+    server_env = {"TEAMFLOW_TOKEN": token, **_passed_env()}
     mcp_config = {
         "mcpServers": {
             "teamflow": {
@@ -112,7 +122,7 @@ def spawn_member(team: str, name: str, *, command: str, cwd: str | None = None) 
         argv = [_fill(part, values) for part in shlex.split(command)]
     except ValueError as exc:
         raise SpawnError(f"--command: {exc}") from None
-    env = {k: os.environ[k] for k in PASSED_ENV if os.environ.get(k)}
+    env = {**_passed_env(), **({"PATH": os.environ["PATH"]} if os.environ.get("PATH") else {})}
     env.update(TEAMFLOW_TOKEN=token, TEAMFLOW_TEAM=team, TEAMFLOW_MEMBER=name)
     where = ["-c", cwd or os.getcwd()]
     flags = [flag for key, value in env.items() for flag in ("-e", f"{key}={value}")]

@@ -24,7 +24,6 @@ after an outage (`api_back`).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -34,9 +33,8 @@ import anyio
 from flows import waits
 from models import alert, plan_timeout
 from models.base import utcnow
+from models.settings import get_settings
 
-POLL_S = 1.0
-"""The longest sleep between two looks at the next deadline (a new request may be due soon)."""
 RECONCILE_S = 15.0
 """How often suspended runs are matched against decisions made without resuming them."""
 BULK = waits.BULK
@@ -59,7 +57,7 @@ async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCI
     Resuming runs talks to Prefect and may take seconds for hundreds of runs; it happens
     beside the clock, so the next deadline is never kept waiting for it.
     """
-    poll_s = poll_s or float(os.environ.get("TEAMFLOW_DEADLINE_POLL_SECONDS") or POLL_S)
+    poll_s = poll_s or get_settings().deadline_poll_seconds
     send, receive = anyio.create_memory_object_stream[list[str]](max_buffer_size=1000)
 
     async def resumer() -> None:

@@ -58,6 +58,7 @@ from flows.up_processes import (
     start_worker,
 )
 from models import db
+from models.settings import get_settings
 
 RESTART_FIRST_SECONDS = 1.0
 """The wait before the first restart of a worker that died; doubled for each next one."""
@@ -132,7 +133,7 @@ def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) ->
         watchdog_every = every_s()
     except ValueError as exc:
         raise UpError(str(exc)) from None
-    settings = db.settings()
+    settings = get_settings()
     home = settings.home
     home.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:

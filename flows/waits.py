@@ -62,13 +62,10 @@ from pydantic import ValidationError
 from flows import run_watch
 from flows.compat.prefect_client import keyed_for_input, propose_state
 from flows.compat.prefect_engine import abort_with_state, leave_suspended, refused_as_repeat
-from flows.run_watch import ENDING, seconds_env, unreachable
+from flows.run_watch import ENDING, unreachable
 from models.base import utcnow
+from models.settings import get_settings
 
-DEFAULT_CHECK_S = 2.0
-"""How often a waiting run looks for its decision in teamflow's database."""
-DEFAULT_SUSPEND_AFTER_S = 60.0
-"""A deployed run waits this long in process (sub-second resume), then suspends."""
 PREFECT_PAUSE_MARGIN_S = 600
 """Prefect's own pause timeout lies this far past teamflow's, so teamflow always acts first."""
 RESUMING_AT_ONCE = 4
@@ -113,7 +110,7 @@ async def wait_for_decision(
         # (or teamflow's clock, at the deadline) resumes the run.
         return await suspend_for_input(form, key=key, until=until, what=what)
     if suspend_after is None:
-        suspend_after = seconds_env("TEAMFLOW_SUSPEND_AFTER_SECONDS", DEFAULT_SUSPEND_AFTER_S)
+        suspend_after = get_settings().suspend_after_seconds
     soon = utcnow() + timedelta(seconds=suspend_after)
     in_process = soon if until is None else min(until, soon)
     return await wait_for_input(form, key=key, until=in_process, check=decided, what=what)
@@ -148,7 +145,7 @@ async def wait_for_input(
         raise RuntimeError("wait_for_input runs inside a flow run")
     logger = get_run_logger()
     run_id = context.flow_run.id
-    check_s = check_s or seconds_env("TEAMFLOW_PAUSE_CHECK_SECONDS", DEFAULT_CHECK_S)
+    check_s = check_s or get_settings().pause_check_seconds
     remaining = (until - utcnow()).total_seconds() if until else 7 * 24 * 3600
     paused = Paused(
         timeout_seconds=int(max(remaining, 0)) + PREFECT_PAUSE_MARGIN_S,

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
 from functools import partial
 from typing import Any
@@ -28,24 +27,23 @@ from flows.system_alert import system_alert
 from models import watchdog as store
 from models.db import session_scope
 from models.notification import AlertType
+from models.settings import get_settings
 from models.team import Team
-from models.team_settings import parse_duration
 
 FLOW_NAME = "watchdog"
 DEPLOYMENT = "watchdog/watchdog"
 """The deployment `teamflow up` schedules (`prefect.yaml`)."""
-DEFAULT_EVERY_S = 30.0
-EVERY_ENV = "TEAMFLOW_WATCHDOG_EVERY"
 TASK_FLOW = "team-task"
 PAGE = 200
 
 
 def every_s() -> float:
-    """How often the watchdog runs: `TEAMFLOW_WATCHDOG_EVERY` (90s, 5m, 1h), else 30 s."""
-    text = os.environ.get(EVERY_ENV)
-    if not text:
-        return DEFAULT_EVERY_S
-    return parse_duration(text, what=EVERY_ENV, most=24 * 3600.0)
+    """How often the watchdog runs: `TEAMFLOW_WATCHDOG_EVERY` (90s, 5m, 1h), else 30 s.
+
+    Raises:
+        SettingsError: The variable is not a duration of at most a day (a `ValueError`).
+    """
+    return get_settings().watchdog_every
 
 
 def schedule_watchdog(every: float | None = None) -> float:

@@ -9,16 +9,16 @@ mode with a busy timeout so several processes can write; PostgreSQL needs only a
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Session
+
+from models.settings import get_settings
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -26,30 +26,6 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 
 class DatabaseError(RuntimeError):
     """The database cannot be reached or is not set up; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class Settings:
-    """Where teamflow keeps its files and its data."""
-
-    home: Path
-    database_url: str
-
-    @classmethod
-    def from_env(cls) -> Settings:
-        return _settings(os.environ.get("TEAMFLOW_HOME"), os.environ.get("TEAMFLOW_DATABASE_URL"))
-
-
-@functools.lru_cache(maxsize=16)
-def _settings(home_env: str | None, url_env: str | None) -> Settings:
-    home = Path(home_env or Path.home() / ".teamflow").expanduser().resolve()
-    return Settings(home=home, database_url=url_env or f"sqlite:///{home / 'teamflow.db'}")
-
-
-def settings() -> Settings:
-    """The settings in force now (the environment is read on every call; the paths it names
-    are resolved once per value)."""
-    return Settings.from_env()
 
 
 _engines: dict[str, sa.Engine] = {}
@@ -130,7 +106,7 @@ def make_engine(url: str) -> sa.Engine:
 
 def engine(url: str | None = None) -> sa.Engine:
     """The process-wide engine for `url` (default: the configured database)."""
-    url = url or settings().database_url
+    url = url or get_settings().database_url
     if url not in _engines:
         _engines[url] = make_engine(url)
     return _engines[url]
@@ -177,7 +153,9 @@ def alembic_config(url: str | None = None):
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    config.set_main_option("sqlalchemy.url", (url or settings().database_url).replace("%", "%%"))
+    config.set_main_option(
+        "sqlalchemy.url", (url or get_settings().database_url).replace("%", "%%")
+    )
     return config
 
 
@@ -185,7 +163,7 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
     """Applies the migrations up to `revision` (default: the newest)."""
     from alembic import command
 
-    url = url or settings().database_url
+    url = url or get_settings().database_url
     config = alembic_config(url)
     try:
         with engine(url).begin() as connection:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import urllib.error
 import urllib.request
 from typing import Protocol
+
+from models.settings import get_settings
 
 DEFAULT_MODEL = "nomic-embed-text"
 MAX_DIMENSION = 8192
@@ -138,11 +139,10 @@ _configured: dict[tuple[str, str, str | None], OpenAIEmbedder] = {}
 
 def configured_embedder() -> Embedder | None:
     """The embedder the environment names (`TEAMFLOW_EMBEDDINGS_URL`, ...), or None."""
-    url = os.environ.get("TEAMFLOW_EMBEDDINGS_URL")
-    if not url:
+    settings = get_settings()
+    if not settings.embeddings_url:
         return None
-    key = (url, os.environ.get("TEAMFLOW_EMBEDDINGS_MODEL") or DEFAULT_MODEL,
-           os.environ.get("TEAMFLOW_EMBEDDINGS_KEY"))  # fmt: skip
+    key = (settings.embeddings_url, settings.embeddings_model, settings.embeddings_key)
     if key not in _configured:
         _configured[key] = OpenAIEmbedder(key[0], key[1], api_key=key[2])
     return _configured[key]

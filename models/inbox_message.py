@@ -14,13 +14,13 @@ one-line refusal of every inbox operation. The table is `models.inbox_table`, th
 from __future__ import annotations
 
 import json
-import os
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, StrictBool, TypeAdapter, ValidationError, model_validator
 
 from models.base import JsTimestamp, MemberName, WireModel
+from models.settings import Settings, get_settings
 from models.wire_support import error_lines
 
 
@@ -190,7 +190,7 @@ PAYLOAD_TYPES = frozenset(
 )
 
 
-DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
+DEFAULT_MAX_MESSAGE_BYTES: int = Settings.model_fields["max_message_bytes"].default
 
 
 class InboxError(ValueError):
@@ -199,7 +199,7 @@ class InboxError(ValueError):
 
 def max_message_bytes() -> int:
     """The largest message text accepted (`TEAMFLOW_MAX_MESSAGE_BYTES`, default 1 MiB)."""
-    return int(os.environ.get("TEAMFLOW_MAX_MESSAGE_BYTES") or DEFAULT_MAX_MESSAGE_BYTES)
+    return get_settings().max_message_bytes
 
 
 def check_text(text: str) -> None:

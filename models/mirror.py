@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from models.base import check_member_name, check_team_name
-from models.db import settings
+from models.settings import get_settings
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -46,7 +46,7 @@ class PathError(ValueError):
 
 
 def home() -> Path:
-    return settings().home
+    return get_settings().home
 
 
 def _inside(path: Path, root: Path) -> Path:

@@ -52,8 +52,8 @@ class Settings(BaseSettings):
         description="Where teamflow keeps its files: the SQLite database, the 004 team "
         "files, task artifacts, `teamflow up`'s Prefect database and logs.",
     )
-    database_url: str | None = Field(
-        default=None,
+    database_url: str = Field(
+        default="",
         description="teamflow's database (a SQLAlchemy URL, e.g. "
         "`postgresql+psycopg://user@host/db`); unset: SQLite at `$TEAMFLOW_HOME/teamflow.db`.",
     )
@@ -111,6 +111,22 @@ class Settings(BaseSettings):
         description="How often a shutdown handshake reads teamflow's database for the "
         "member's answer.",
     )
+    outside_check_seconds: Annotated[Seconds, _at_least(0.05)] = Field(
+        default=0.5,
+        description="How often the run of a task given to an outside (MCP) member looks in "
+        "teamflow's database for the member's report.",
+    )
+    token: str | None = Field(
+        default=None,
+        description="The member token an MCP session over stdio acts with (`teamflow member "
+        "token`); unset: the local user, as the CLI. Never logged.",
+        repr=False,
+    )
+    agent_command: str | None = Field(
+        default=None,
+        description="The agent program `teamflow member spawn` and `spawn_teammate` start when "
+        "none is given (e.g. `claude`; a `{prompt}` placeholder takes the first prompt).",
+    )
     tmux_socket: str | None = Field(
         default=None,
         description="The tmux server of the members' panes: a socket name (`tmux -L`) or a "
@@ -133,7 +149,8 @@ def _settings(_env: tuple[tuple[str, str], ...]) -> Settings:
         message = str(error["msg"]).removeprefix("Value error, ")
         raise SettingsError(f"{name}={value!r}: {message}") from None
     home = settings.home.expanduser().resolve()
-    return settings.model_copy(update={"home": home})
+    url = settings.database_url or f"sqlite:///{home / 'teamflow.db'}"
+    return settings.model_copy(update={"home": home, "database_url": url})
 
 
 def get_settings() -> Settings:
@@ -150,7 +167,7 @@ def markdown_table() -> str:
     rows = ["| variable | default | what it is for |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         default = field.default
-        shown = "unset" if default is None else f"`{default}`"
+        shown = "unset" if default in (None, "") else f"`{default}`"
         description = (field.description or "").replace("|", "\\|")
         rows.append(f"| `{PREFIX}{name.upper()}` | {shown} | {description} |")
     return "\n".join(rows) + "\n"

@@ -12,6 +12,7 @@ from sqlmodel import Session, select
 
 from models import db
 from models.alert import Alert
+from models.settings import get_settings
 from models.tables import metadata
 from models.team import Team
 
@@ -20,18 +21,18 @@ def test_default_database_is_sqlite_under_teamflow_home(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("TEAMFLOW_DATABASE_URL", raising=False)
-    assert db.settings().database_url == f"sqlite:///{home / 'teamflow.db'}"
+    assert get_settings().database_url == f"sqlite:///{home / 'teamflow.db'}"
 
 
 def test_home_defaults_to_dot_teamflow(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TEAMFLOW_HOME", raising=False)
     monkeypatch.delenv("TEAMFLOW_DATABASE_URL", raising=False)
-    assert db.settings().home == (Path.home() / ".teamflow").resolve()
+    assert get_settings().home == (Path.home() / ".teamflow").resolve()
 
 
 def test_database_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TEAMFLOW_DATABASE_URL", "postgresql+psycopg://u@h/d")
-    assert db.settings().database_url == "postgresql+psycopg://u@h/d"
+    assert get_settings().database_url == "postgresql+psycopg://u@h/d"
 
 
 def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path: Path) -> None:

@@ -21,12 +21,40 @@ def test_docs_table_is_generated_from_the_settings_object() -> None:
 
 
 def _environment_reads(path: Path) -> list[str]:
-    """The TEAMFLOW_* names a module reads from the environment itself."""
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    """The TEAMFLOW_* names a module reads from the environment itself: `os.environ.get(X)`,
+    `os.getenv(X)`, `os.environ[X]`, `X in os.environ`, directly or through a module constant.
+    Writing one into a child's environment is not a read."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+
+    def teamflow(node: ast.AST) -> str | None:
         text = node.value if isinstance(node, ast.Constant) else None
         if isinstance(text, str) and text.startswith(PREFIX) and text[len(PREFIX) :].isupper():
-            found.append(text)
+            return text
+        return constants.get(node.id) if isinstance(node, ast.Name) else None
+
+    constants: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and (name := teamflow(node.value)):
+            constants.update({t.id: name for t in node.targets if isinstance(t, ast.Name)})
+
+    def environ(node: ast.AST) -> bool:
+        return ast.unparse(node) in {"os.environ", "environ"}
+
+    found = []
+    for node in ast.walk(tree):
+        key = None
+        if isinstance(node, ast.Call) and node.args:
+            func = ast.unparse(node.func)
+            if func in {"os.getenv", "getenv"} or (
+                isinstance(node.func, ast.Attribute) and environ(node.func.value)
+            ):
+                key = node.args[0]
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            key = node.slice if environ(node.value) else None
+        elif isinstance(node, ast.Compare) and any(environ(c) for c in node.comparators):
+            key = node.left
+        if key is not None and (name := teamflow(key)):
+            found.append(name)
     return found
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from flows.cli.output import JsonFlag, emit, fail
+from models.settings import get_settings
 
 db_app = typer.Typer(help="The teamflow database: migrations.", no_args_is_help=True)
 
@@ -19,7 +20,7 @@ def db_upgrade(
     """Applies teamflow's database migrations (creates every table on a new database)."""
     from models import db
 
-    settings = db.settings()
+    settings = get_settings()
     try:
         db.upgrade(settings.database_url, revision)
         current = db.current_revision(settings.database_url)

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from flows.cli.output import JsonFlag, emit, fail, seconds_check
+from models.settings import get_settings
 
 member_app = typer.Typer(
     help="Team members: add, set, show, list, heartbeat, shutdown, token, spawn.",
@@ -484,13 +485,12 @@ def member_spawn(
     starts `teamflow mcp` as the member ({mcp_config}) and a first prompt telling it its
     team, its name and how to work ({prompt}). The pane is recorded as its tmuxPaneId.
     """
-    import os
 
-    from flows.spawn import COMMAND_ENV, SpawnError, describe, spawn_member
+    from flows.spawn import SpawnError, describe, spawn_member
 
     try:
         spawned = spawn_member(
-            team_name, name, command=command or os.environ.get(COMMAND_ENV, ""),
+            team_name, name, command=command or get_settings().agent_command or "",
             cwd=str(cwd) if cwd else None,
         )  # fmt: skip
     except SpawnError as exc:

@@ -1,9 +1,8 @@
 """The whole teamflow MCP server (`build`), and the two ways `teamflow mcp` serves it."""
 
-import os
-
 from flows.mcp import own_tools, task_tools, team_tools
 from flows.mcp.server import MAX_BODY_BYTES, TeamflowMCP, resources
+from models.settings import get_settings
 
 
 def build(*, token: str | None = None, allow_local_http: bool = False) -> TeamflowMCP:
@@ -19,7 +18,7 @@ def build(*, token: str | None = None, allow_local_http: bool = False) -> Teamfl
 def serve_stdio() -> None:
     """Serves MCP over stdin/stdout, as the session `TEAMFLOW_TOKEN` names (none: the local
     user)."""
-    build(token=os.environ.get("TEAMFLOW_TOKEN") or None).run("stdio")
+    build(token=get_settings().token or None).run("stdio")
 
 
 def serve_http(host: str, port: int, *, allow_local_user: bool = False) -> None:

@@ -11,6 +11,7 @@ from mcp.server.mcpserver import Context
 
 from flows.mcp.server import TeamflowMCP, config_json, refusals
 from models.identity import Action, authorize
+from models.settings import get_settings
 
 MessageKind = Literal[
     "message", "broadcast", "shutdown_request", "shutdown_response", "plan_approval_response"
@@ -88,7 +89,6 @@ def spawn_teammate(
     agent's MCP config as TEAMFLOW_TOKEN. Returns {"agent_id", "name", "team_name",
     "color"} and, for tmux, "tmux_pane_id".
     """
-    import os
 
     from flows.spawn import COMMAND_ENV, SpawnError, spawn_member
     from models import membership
@@ -98,7 +98,7 @@ def spawn_teammate(
     with refusals(ctx) as who:
         authorize(who, Action.MEMBER_SPAWN, team_name, name)
         tmux = backend_type == "tmux"
-        program = command or os.environ.get(COMMAND_ENV, "")
+        program = command or get_settings().agent_command or ""
         if tmux and not program.strip():
             raise SpawnError(f"a tmux teammate needs its agent program: command or {COMMAND_ENV}")
         with session_scope() as s:

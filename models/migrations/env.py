@@ -35,9 +35,9 @@ if connection is not None:
     run_migrations(connection)
 else:
     if not config.get_main_option("sqlalchemy.url"):
-        from models.db import settings
+        from models.settings import get_settings
 
-        config.set_main_option("sqlalchemy.url", settings().database_url.replace("%", "%%"))
+        config.set_main_option("sqlalchemy.url", get_settings().database_url.replace("%", "%%"))
     engine = engine_from_config(
         config.get_section(config.config_ini_section, {}),
         prefix="sqlalchemy.",
