@@ -321,7 +321,7 @@ def run_tool(
         exit_code=outcome.exit_code,
         created_at=created_at,
     )
-    facts = {
+    facts: dict[str, Any] = {
         "feedback": feedback,
         "timed_out": outcome.timed_out,
         "truncated": outcome.truncated,

@@ -24,7 +24,7 @@ from pydantic import (
 from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel
 
-from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
+from models.base import SnakeWireModel, Timestamp, json_column, table_of, utc_column, utcnow
 from models.knowledge import ElmoStatus
 from models.tool import Identifier
 
@@ -164,7 +164,7 @@ def change_agent_status(
     state.status = status
     state.updated_at = now
     session.add(state)
-    table = AgentStateHistoryRow.__table__
+    table = table_of(AgentStateHistoryRow)
     session.execute(
         sa.update(table)
         .where(table.c.team == state.team, table.c.ended_at.is_(None), table.c.member == member)

@@ -18,9 +18,9 @@ from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlmodel import Field, Session, SQLModel, select
+from sqlmodel import Field, Session, SQLModel, col, select
 
-from models.base import json_column, utc_column, utcnow
+from models.base import json_column, rowcount, utc_column, utcnow
 from models.db import session_scope
 from models.notification import AlertType
 from models.team import TeamError, get_member, get_team
@@ -228,8 +228,8 @@ def list_alerts(
         get_team(s, team)
         query = select(Alert).where(Alert.team == team)
         if not include_ended:
-            query = query.where(Alert.status.in_([AlertStatus.ACTIVE, AlertStatus.PAUSED]))
-        return list(s.exec(query.order_by(Alert.id)).all())
+            query = query.where(col(Alert.status).in_([AlertStatus.ACTIVE, AlertStatus.PAUSED]))
+        return list(s.exec(query.order_by(col(Alert.id))).all())
 
 
 def set_prefect_ids(
@@ -319,7 +319,7 @@ def claim_timer(alert_id: int, *, session: Session) -> bool:
         )
         .values(status=AlertStatus.DONE, active=False, status_changed_at=utcnow())
     )
-    return done.rowcount == 1
+    return rowcount(done) == 1
 
 
 def delete_alert(alert_id: int, *, session: Session | None = None) -> None:
@@ -382,7 +382,7 @@ def firings(
         query = select(AlertFiring).where(AlertFiring.team == team)
         if alert_id is not None:
             query = query.where(AlertFiring.alert_id == alert_id)
-        query = query.order_by(AlertFiring.fired_at.desc(), AlertFiring.id.desc())
+        query = query.order_by(col(AlertFiring.fired_at).desc(), col(AlertFiring.id).desc())
         if limit is not None:
             query = query.limit(limit)
         return list(s.exec(query).all())

@@ -18,9 +18,9 @@ from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
-from sqlmodel import Field, Session, SQLModel, select
+from sqlmodel import Field, Session, SQLModel, col, select
 
-from models.base import format_timestamp, utc_column, utcnow
+from models.base import format_timestamp, rowcount, table_of, utc_column, utcnow
 from models.db import session_scope
 from models.inbox import send_payload
 from models.inbox_message import PlanApprovalRequest, PlanApprovalResponse
@@ -355,7 +355,9 @@ def list_requests(
         get_team(s, team)
         query = select(PlanApproval).where(PlanApproval.team == team)
         if pending:
-            query = query.where(PlanApproval.status.in_([x.value for x in ApprovalStatus.open()]))
+            query = query.where(
+                col(PlanApproval.status).in_([x.value for x in ApprovalStatus.open()])
+            )
         if member is not None:
             query = query.where(PlanApproval.member == member)
         return list(s.exec(query.order_by(PlanApproval.requested_at, PlanApproval.request_id)))
@@ -422,18 +424,22 @@ def close_request(
     cause: str,
 ) -> PlanApproval:
     """The conditional update that lets one decision win, then the response, in one go."""
-    table = PlanApproval.__table__
-    won = session.execute(
-        sa.update(table)
-        .where(table.c.request_id == request.request_id, table.c.status == ApprovalStatus.PENDING)
-        .values(
-            status=status.value,
-            decided_at=utcnow(),
-            decided_by=decider,
-            feedback=feedback,
-            cause=cause[:255],
+    table = table_of(PlanApproval)
+    won = rowcount(
+        session.execute(
+            sa.update(table)
+            .where(
+                table.c.request_id == request.request_id, table.c.status == ApprovalStatus.PENDING
+            )
+            .values(
+                status=status.value,
+                decided_at=utcnow(),
+                decided_by=decider,
+                feedback=feedback,
+                cause=cause[:255],
+            )
         )
-    ).rowcount
+    )
     session.refresh(request)
     if not won:
         raise AlreadyDecided(request)
@@ -455,13 +461,15 @@ def respond(request_id: str, *, session: Session | None = None) -> str | None:
         member = s.get(Member, (request.team, request.member))
         if member is None or not member.is_active:
             return None
-        table = PlanApproval.__table__
+        table = table_of(PlanApproval)
         now = utcnow()
-        claimed = s.execute(
-            sa.update(table)
-            .where(table.c.request_id == request_id, table.c.responded_at.is_(None))
-            .values(responded_at=now)
-        ).rowcount
+        claimed = rowcount(
+            s.execute(
+                sa.update(table)
+                .where(table.c.request_id == request_id, table.c.responded_at.is_(None))
+                .values(responded_at=now)
+            )
+        )
         if not claimed:
             return None
         team = get_team(s, request.team)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from models.approval import SYSTEM, PlanApproval
+from models.base import table_of
 from models.metric_frames import Since, as_utc, in_window, raw_time, read_frame, window_start
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ TIMEOUT_CAUSE = "no decision within %"
 """How `plan_timeout.apply_timeout` starts the cause of a request its timeout policy decided."""
 
 
-P = PlanApproval
+P = table_of(PlanApproval).c
 
 
 def approvals(team: str | None, since: Since = None, *, url: str | None = None) -> pd.DataFrame:

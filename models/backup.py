@@ -31,10 +31,10 @@ from typing import Any
 
 import sqlalchemy as sa
 from pydantic import TypeAdapter, ValidationError
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from models import limits, mirror
-from models.base import UTCDateTime, check_member_name, check_team_name, utcnow
+from models.base import UTCDateTime, check_member_name, check_team_name, table_of, utcnow
 from models.db import session_scope
 from models.inbox_files import refresh_file
 from models.inbox_message import InboxError, InboxMessage, check_text
@@ -50,8 +50,8 @@ from models.team_config import TeamConfig
 from models.wire_support import error_lines
 
 DUMP = "teamflow-backup.json"
-MEMORIES: sa.Table = MemoryRow.__table__  # type: ignore[attr-defined]
-CONTEXTS: sa.Table = ContextRow.__table__  # type: ignore[attr-defined]
+MEMORIES: sa.Table = table_of(MemoryRow)
+CONTEXTS: sa.Table = table_of(ContextRow)
 BACKUP_FORMAT = 1
 _Inbox = TypeAdapter(list[InboxMessage])
 
@@ -168,8 +168,8 @@ def export_team(name: str, folder: Path, *, session: Session | None = None) -> P
         for member in config["members"]:
             rows = s.exec(
                 sa.select(InboxRow)
-                .where(InboxRow.team == name, InboxRow.recipient == member["name"])
-                .order_by(InboxRow.seq)
+                .where(col(InboxRow.team) == name, col(InboxRow.recipient) == member["name"])
+                .order_by(col(InboxRow.seq))
             ).scalars()
             inboxes[member["name"]] = [r.entry_dict() for r in rows]
     mirror.write_atomic(folder / "config.json", mirror.dump_json(config))
@@ -386,15 +386,15 @@ def _check_restored_config(session: Session, team: str, archive: Path) -> None:
     Runs inside the restore's transaction, before its commit: a refusal writes nothing.
     """
     row = session.exec(
-        sa.select(Team).where(Team.name == team).execution_options(populate_existing=True)
+        sa.select(Team).where(col(Team.name) == team).execution_options(populate_existing=True)
     ).scalar_one_or_none()
     if row is None:
         raise BackupError(f"{archive}: {DUMP} has no row of team {team!r}")
     members = list(
         session.exec(
             sa.select(Member)
-            .where(Member.team == team)
-            .order_by(Member.position)
+            .where(col(Member.team) == team)
+            .order_by(col(Member.position))
             .execution_options(populate_existing=True)
         ).scalars()
     )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import sqlalchemy as sa
 from pydantic import (
@@ -44,6 +44,18 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 SQLModel.metadata.naming_convention = NAMING_CONVENTION
+
+
+def table_of(model: type[SQLModel]) -> sa.Table:
+    """The table a SQLModel table class maps (SQLModel sets `__table__` without typing it)."""
+    return cast(sa.Table, model.__table__)  # type: ignore[attr-defined]  # set, untyped, by SQLModel
+
+
+def rowcount(result: sa.Result[Any]) -> int:
+    """How many rows an UPDATE or DELETE matched (`Session.exec` types its result as `Result`)."""
+    assert isinstance(result, sa.CursorResult), "only an UPDATE or DELETE has a rowcount"
+    return result.rowcount
+
 
 _ISO_8601 = re.compile(
     r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2})$", re.IGNORECASE

@@ -27,9 +27,9 @@ from collections.abc import Callable, Iterable
 
 import sqlalchemy as sa
 from sqlmodel import Field as SQLField
-from sqlmodel import Session, SQLModel
+from sqlmodel import Session, SQLModel, col
 
-from models.base import utcnow
+from models.base import rowcount, table_of, utcnow
 from models.task import TaskError, TaskRow, TaskState
 from models.task_status import TaskStatusRow
 from models.team import Member, get_team
@@ -55,8 +55,8 @@ class TaskDependencyRow(SQLModel, table=True):
     )
 
 
-_deps = TaskDependencyRow.__table__
-_tasks = TaskRow.__table__
+_deps = table_of(TaskDependencyRow)
+_tasks = table_of(TaskRow)
 
 
 def short(task_id: uuid.UUID | str) -> str:
@@ -171,16 +171,18 @@ def _not_done():
 def claim_start(session: Session, task_id: uuid.UUID) -> bool:
     """Claims starting the run of `task_id` (pending, all blockers completed, not claimed
     before): a conditional UPDATE, so of several claimants exactly one gets True."""
-    claimed = session.execute(
-        sa.update(_tasks)
-        .where(
-            _tasks.c.id == task_id,
-            _tasks.c.status == TaskState.PENDING.value,
-            _tasks.c.start_claimed_at.is_(None),
-            ~_not_done(),
+    claimed = rowcount(
+        session.execute(
+            sa.update(_tasks)
+            .where(
+                _tasks.c.id == task_id,
+                _tasks.c.status == TaskState.PENDING.value,
+                _tasks.c.start_claimed_at.is_(None),
+                ~_not_done(),
+            )
+            .values(start_claimed_at=utcnow(), reason=None, updated_at=utcnow())
         )
-        .values(start_claimed_at=utcnow(), reason=None, updated_at=utcnow())
-    ).rowcount
+    )
     return claimed == 1
 
 
@@ -226,15 +228,17 @@ def fail_dependents(session: Session, task_id: uuid.UUID) -> list[uuid.UUID]:
     while frontier:
         blocker = frontier.pop(0)
         for dependent in dependents(session, blocker):
-            moved = session.execute(
-                sa.update(_tasks)
-                .where(_tasks.c.id == dependent, _tasks.c.status == TaskState.PENDING.value)
-                .values(
-                    status=TaskState.ARCHIVED.value,
-                    reason=FAILED_BLOCKER.format(id=blocker),
-                    updated_at=utcnow(),
+            moved = rowcount(
+                session.execute(
+                    sa.update(_tasks)
+                    .where(_tasks.c.id == dependent, _tasks.c.status == TaskState.PENDING.value)
+                    .values(
+                        status=TaskState.ARCHIVED.value,
+                        reason=FAILED_BLOCKER.format(id=blocker),
+                        updated_at=utcnow(),
+                    )
                 )
-            ).rowcount
+            )
             if moved:
                 failed.append(dependent)
                 frontier.append(dependent)
@@ -258,18 +262,18 @@ def idle_members(session: Session, team: str, usable: Callable[[dict], bool]) ->
 
     lead = get_team(session, team).lead
     members = session.execute(
-        sa.select(Member.name, Member.runtime)
+        sa.select(col(Member.name), col(Member.runtime))
         .where(Member.team == team, Member.is_active == sa.true(), Member.name != lead)
         .order_by(Member.position)
     ).all()
     running = set(
         session.execute(
-            sa.select(TaskStatusRow.member).where(
+            sa.select(col(TaskStatusRow.member)).where(
                 TaskStatusRow.team == team, TaskStatusRow.status == "running"
             )
         ).scalars()
     )
-    assignees = TaskAssigneeRow.__table__
+    assignees = table_of(TaskAssigneeRow)
     working = set(
         session.execute(
             sa.select(assignees.c.assignee_id)
@@ -296,7 +300,7 @@ def before_claim(
     from models.task import TaskAssigneeRow
 
     blockers = open_blockers(session, task_id)
-    assignees = TaskAssigneeRow.__table__
+    assignees = table_of(TaskAssigneeRow)
 
     def current() -> list[str]:
         return list(

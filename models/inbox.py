@@ -12,11 +12,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from pydantic import ValidationError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 # Imported for its writer too: each change below marks an inbox file for it to write.
 from models import inbox_files  # noqa: F401
-from models.base import check_member_name, utcnow
+from models.base import check_member_name, table_of, utcnow
 from models.db import session_scope
 from models.inbox_message import (
     InboxError,
@@ -194,7 +194,7 @@ def messages(
             query = query.where(InboxRow.read == sa.false())
         if sender is not None:
             query = query.where(InboxRow.sender == sender)
-        rows = list(s.exec(query.order_by(InboxRow.seq)))
+        rows = list(s.exec(query.order_by(col(InboxRow.seq))))
         if mark_read:
             set_read(s, team, member, [r.message_id for r in rows if not r.read])
         return rows
@@ -231,7 +231,7 @@ def mark_read(
                     select(InboxRow.message_id).where(
                         InboxRow.team == team,
                         InboxRow.recipient == member,
-                        InboxRow.message_id.in_(message_ids),
+                        col(InboxRow.message_id).in_(message_ids),
                     )
                 )
             )
@@ -344,10 +344,10 @@ def _statement(name: str) -> Any:
     computing its cache key) costs more than running it."""
     if name == "route":
         p = sa.bindparam
-        members = Member.__table__
+        members = table_of(Member)
         return sa.select(members.c.name, members.c.is_active, members.c.color).where(
             members.c.team == p("team"), members.c.name.in_([p("to"), p("sender")])
         )
     if name == "insert":
-        return InboxRow.__table__.insert()
+        return table_of(InboxRow).insert()
     raise KeyError(name)

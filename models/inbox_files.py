@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 
 from models import db, file_swap, mirror
-from models.base import format_js_timestamp
+from models.base import format_js_timestamp, table_of
 from models.db import session_scope
 from models.inbox_message import InboxError, InboxMessage, check_text
 from models.inbox_table import (
@@ -293,7 +293,7 @@ def take_in(team: str, member: str, entries: list[InboxMessage]) -> tuple[int, i
     """
     added = marked = 0
     with session_scope() as s:
-        table = InboxRow.__table__
+        table = table_of(InboxRow)
         rows = s.execute(
             sa.select(table.c.message_id, table.c.sender, table.c.timestamp, table.c.text,
                       table.c.read)
@@ -356,8 +356,8 @@ def _statement(name: str) -> Any:
     """A statement of the mirror's reads, built once per process: building one anew (and
     computing its cache key) costs more than running it."""
     p = sa.bindparam
-    counters = InboxCounter.__table__
-    rows = InboxRow.__table__
+    counters = table_of(InboxCounter)
+    rows = table_of(InboxRow)
     if name == "counter_entries":
         entry = (
             (rows.c.team == counters.c.team)

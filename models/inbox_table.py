@@ -18,9 +18,9 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field as SQLField
-from sqlmodel import Session, SQLModel
+from sqlmodel import Session, SQLModel, col
 
-from models.base import format_js_timestamp, json_column, utc_column, utcnow
+from models.base import format_js_timestamp, json_column, rowcount, table_of, utc_column, utcnow
 from models.inbox_message import (
     NOTIFICATION_TYPES,
     PAYLOAD_TYPES,
@@ -308,13 +308,15 @@ def set_read(session: Session, team: str, member: str, message_ids: list[str] | 
     """Marks the member's unread messages (those of `message_ids`, None: all) read, unchecked;
     returns how many changed."""
     query = sa.update(InboxRow).where(
-        InboxRow.team == team, InboxRow.recipient == member, InboxRow.read == sa.false()
+        col(InboxRow.team) == team,
+        col(InboxRow.recipient) == member,
+        col(InboxRow.read) == sa.false(),
     )
     if message_ids is not None:
         if not message_ids:
             return 0
         query = query.where(InboxRow.message_id.in_(message_ids))
-    changed = session.exec(query.values(read=True)).rowcount
+    changed = rowcount(session.exec(query.values(read=True)))
     if changed:
         bump(session, team, member, appended=False)
         mark(session, "inbox", (team, member))
@@ -326,7 +328,7 @@ def _counter_update(appended: bool) -> Any:
     """The counter's UPDATE for a change (`appended`: one that adds messages), built once per
     process: building one anew (and computing its cache key) costs more than running it."""
     p = sa.bindparam
-    counters = InboxCounter.__table__
+    counters = table_of(InboxCounter)
     values = {"version": counters.c.version + p("by")}
     if appended:
         values["seq"] = counters.c.seq + p("by")

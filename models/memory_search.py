@@ -35,9 +35,9 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from sqlmodel import Session
+from sqlmodel import Session, col
 
-from models.base import utcnow
+from models.base import table_of, utcnow
 from models.db import session_scope
 from models.embeddings import Embedder, EmbeddingError
 from models.memory import (
@@ -120,7 +120,7 @@ def _scored(s: Session, ids: set[uuid.UUID]) -> list[Any]:
     """The `SCORED` columns of the memories `ids`."""
     if not ids:
         return []
-    t = MemoryRow.__table__  # type: ignore[attr-defined]
+    t = table_of(MemoryRow)
     query = sa.select(*(t.c[name] for name in SCORED)).where(among(s, t.c.memory_id, ids))
     return list(s.execute(query).tuples())
 
@@ -138,7 +138,7 @@ def _text_candidates(
         type_filter = f" AND m.memory_type IN ({', '.join(':' + n for n in names)})"
     visible = f"m.team = :team AND (m.scope = :shared OR m.agent_id = :me){type_filter}"
     selected = ", ".join(f"m.{name}" for name in SCORED)
-    t = MemoryRow.__table__  # type: ignore[attr-defined]
+    t = table_of(MemoryRow)
     columns = [t.c[name] for name in SCORED] + [sa.column("rel", sa.Float)]
 
     def run(sql: str, **more: Any) -> list[Any]:
@@ -273,7 +273,7 @@ class _VectorCache:
     def _load(self, s: Session, team: str, version: str | None) -> _Matrix:
         import numpy as np
 
-        table = MemoryRow.__table__  # type: ignore[attr-defined]
+        table = table_of(MemoryRow)
         rows = s.execute(
             sa.select(table.c.memory_id, table.c.agent_id, table.c.scope, table.c.memory_type,
                       table.c.vector)
@@ -303,7 +303,7 @@ class _VectorCache:
     def matrix(self, s: Session, team: str) -> _Matrix:
         key = self._key(s, team)
         version = s.execute(
-            sa.select(MemoryVersionRow.version).where(MemoryVersionRow.team == team)
+            sa.select(col(MemoryVersionRow.version)).where(col(MemoryVersionRow.team) == team)
         ).scalar()
         with self._lock:
             cached = self._teams.get(key)

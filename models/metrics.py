@@ -32,6 +32,7 @@ from models.agent import AgentStateHistoryRow
 from models.alert import AlertFiring
 from models.approval import PlanApproval
 from models.approval_metrics import approval_waits
+from models.base import table_of
 from models.inbox_table import InboxRow
 from models.metric_frames import (
     MetricsError,
@@ -69,14 +70,16 @@ def check_team(team: str, *, url: str | None = None) -> None:
     """`TeamError` (one line) unless `team` exists."""
     check_team_name(team)
     with read_only(url) as conn:
-        found = conn.execute(sa.select(Team.name).where(Team.name == team)).first()
+        found = conn.execute(
+            sa.select(table_of(Team).c.name).where(table_of(Team).c.name == team)
+        ).first()
     if found is None:
         raise TeamError(f"no team named {team!r}")
 
 
 # --- work per member -------------------------------------------------------------------------
 
-M = TaskMetricsRow
+M = table_of(TaskMetricsRow).c
 
 
 def member_work(team: str | None, since: Since = None, *, url: str | None = None) -> pd.DataFrame:
@@ -268,7 +271,7 @@ def throughput(
 
 def tasks_by_status(team: str | None, since: Since = None, *, url: str | None = None):
     """How many of the team's tasks stand in each status (created in the window)."""
-    T = TaskRow
+    T = table_of(TaskRow).c
     stmt = sa.select(T.team, T.status, sa.func.count().label("tasks")).group_by(T.team, T.status)
     if team is not None:
         stmt = stmt.where(T.team == team)
@@ -287,7 +290,7 @@ def team_glance(team: str, *, url: str | None = None) -> dict[str, Any]:
     steps, tool_calls, approval_wait_s (summed over task_metrics); requests, pending (plan
     requests)}}, "tasks": {status: count}}`. The sums are `member_work`'s and the plan
     counts `approval_waits`', over all history."""
-    S, M, P = TaskStatusRow, TaskMetricsRow, PlanApproval
+    S, M, P = (table_of(t).c for t in (TaskStatusRow, TaskMetricsRow, PlanApproval))
     queries = [
         sa.select(S.member, S.status, S.tasks_completed, S.tokens_used).where(S.team == team),
         sa.select(
@@ -307,7 +310,9 @@ def team_glance(team: str, *, url: str | None = None) -> dict[str, Any]:
         .where(P.team == team)
         .group_by(P.member),
     ]
-    tasks = sa.select(TaskRow.status, sa.func.count()).where(TaskRow.team == team)
+    tasks = sa.select(table_of(TaskRow).c.status, sa.func.count()).where(
+        table_of(TaskRow).c.team == team
+    )
     members: dict[str, dict[str, Any]] = {}
     with read_only(url) as conn:
         for stmt in queries:
@@ -317,13 +322,13 @@ def team_glance(team: str, *, url: str | None = None) -> dict[str, Any]:
                 values = [plain_number(v) if isinstance(v, Decimal) else v for v in row]
                 members.setdefault(values[0], {}).update(zip(keys[1:], values[1:], strict=True))
             result.close()
-        counts = dict(conn.execute(tasks.group_by(TaskRow.status)).tuples().all())
+        counts = dict(conn.execute(tasks.group_by(table_of(TaskRow).c.status)).tuples().all())
     return {"members": members, "tasks": counts}
 
 
 def member_status(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     """Each member's `004` task status now: status, tasks_completed, tokens_used, ..."""
-    S = TaskStatusRow
+    S = table_of(TaskStatusRow).c
     stmt = sa.select(
         S.team, S.member, S.status, S.tasks_completed, S.tokens_used, S.avg_response_time,
         raw_time(S.last_active_at), S.error_message,
@@ -341,7 +346,7 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     unread messages now and when the oldest of them arrived."""
     import pandas as pd
 
-    I = InboxRow  # noqa: E741
+    I = table_of(InboxRow).c  # noqa: E741
     # Counted from `ix_inbox_messages_unread` alone (team, recipient, read, seq); the oldest
     # unread message is the first in inbox order (lowest seq), whose time is then looked up
     # by its key: min(timestamp) would read every unread row from the table.
@@ -360,7 +365,7 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
         counted.c.unread,
         raw_time(I.timestamp, "oldest_unread_at"),
     ).join(
-        I,
+        table_of(InboxRow),
         sa.and_(
             I.team == counted.c.team,
             I.recipient == counted.c.recipient,
@@ -368,9 +373,9 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
         ),
     )
     unread = read_frame(stmt, url)
-    members = sa.select(Member.team, Member.name.label("member"))
+    members = sa.select(table_of(Member).c.team, table_of(Member).c.name.label("member"))
     if team is not None:
-        members = members.where(Member.team == team)
+        members = members.where(table_of(Member).c.team == team)
     everyone = read_frame(members, url)
     frame = everyone.merge(unread, on=["team", "member"], how="outer")
     frame["unread"] = frame["unread"].fillna(0).astype(int)
@@ -390,7 +395,7 @@ def alert_lateness(team: str | None, since: Since = None, *, url: str | None = N
     firings, delivered, missed, with_due, p50_lateness_s, p95_lateness_s, max_lateness_s."""
     import pandas as pd
 
-    F = AlertFiring
+    F = table_of(AlertFiring).c
     start = window_start(since)
     keys = ["team", "alert_type"]
     counts = read_frame(
@@ -453,7 +458,7 @@ def liveness(
     stretch's end on its row)."""
     import pandas as pd
 
-    H = AgentStateHistoryRow
+    H = table_of(AgentStateHistoryRow).c
     now = now or datetime.now(UTC)
     start = window_start(since, now)
     postgres = db.engine(url).dialect.name == "postgresql"

@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from models.approval import (
     SYSTEM,
@@ -26,7 +26,7 @@ from models.approval import (
     denial,
     load_plan,
 )
-from models.base import format_timestamp, utcnow
+from models.base import format_timestamp, rowcount, table_of, utcnow
 from models.db import session_scope
 from models.inbox import send
 from models.team import get_team
@@ -97,16 +97,18 @@ def apply_timeout(
 
 def _escalate(session: Session, request: PlanApproval, waited: str) -> bool:
 
-    table = PlanApproval.__table__
-    won = session.execute(
-        sa.update(table)
-        .where(
-            table.c.request_id == request.request_id,
-            table.c.status == ApprovalStatus.PENDING,
-            table.c.escalated_at.is_(None),
+    table = table_of(PlanApproval)
+    won = rowcount(
+        session.execute(
+            sa.update(table)
+            .where(
+                table.c.request_id == request.request_id,
+                table.c.status == ApprovalStatus.PENDING,
+                table.c.escalated_at.is_(None),
+            )
+            .values(escalated_at=utcnow())
         )
-        .values(escalated_at=utcnow())
-    ).rowcount
+    )
     session.refresh(request)
     if not won:
         return False
@@ -186,7 +188,7 @@ def expire_due(
 def _due_at() -> Any:
     """SQL for `PlanApproval.due_at()` of a pending request: its deadline, or its hard
     deadline once it was escalated."""
-    table = PlanApproval.__table__
+    table = table_of(PlanApproval)
     due = sa.case((table.c.escalated_at.is_(None), table.c.deadline), else_=table.c.hard_deadline)
     return sa.type_coerce(due, table.c.deadline.type)
 
@@ -196,7 +198,7 @@ def next_due(*, session: Session | None = None) -> datetime | None:
     with session_scope(session) as s:
         return s.exec(
             select(
-                sa.type_coerce(sa.func.min(_due_at()), PlanApproval.__table__.c.deadline.type)
+                sa.type_coerce(sa.func.min(_due_at()), table_of(PlanApproval).c.deadline.type)
             ).where(PlanApproval.status == ApprovalStatus.PENDING)
         ).one()
 
@@ -220,7 +222,7 @@ def _decided(column: Any, values: list[str], session: Session | None) -> list[st
                 select(PlanApproval.flow_run_id).where(
                     column.in_(values),
                     PlanApproval.status != ApprovalStatus.PENDING,
-                    PlanApproval.flow_run_id.is_not(None),
+                    col(PlanApproval.flow_run_id).is_not(None),
                 )
             )
         )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from models.agent import AgentStateRow, AgentStateStatus, change_agent_status
 from models.base import format_js_timestamp, utcnow
@@ -29,7 +29,9 @@ def team_state(team: str, *, session: Session | None = None) -> dict[str, Any]:
     """`004` "Export Team State" (team, created, active_members, total_members) + unread."""
     with session_scope(session) as s:
         row = get_team(s, team)
-        members = list(s.exec(select(Member).where(Member.team == team).order_by(Member.position)))
+        members = list(
+            s.exec(select(Member).where(col(Member.team) == team).order_by(col(Member.position)))
+        )
         unread = unread_counts(s, team)
         return {
             "team": row.name,

@@ -23,7 +23,7 @@ from typing import Any, Self
 import sqlalchemy as sa
 from pydantic import Field, ValidationError
 from sqlmodel import Field as SQLField
-from sqlmodel import Session, SQLModel, select
+from sqlmodel import Session, SQLModel, col, select
 
 from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
 from models.db import session_scope
@@ -272,7 +272,7 @@ def delete_project(project_id: str, *, session: Session | None = None) -> Projec
         if row is None:
             raise ProjectError(f"no project {project_id!r}")
         project = row.to_wire()
-        s.execute(sa.delete(ContextRow).where(ContextRow.project_id == project_id))
+        s.execute(sa.delete(ContextRow).where(col(ContextRow.project_id) == project_id))
         s.delete(row)
         s.flush()
         return project
@@ -306,7 +306,7 @@ def _tasks_in(s: Session, project_id: str, milestone_id: str | None = None) -> i
     """The tasks placed in the project (with `milestone_id`: in that milestone)."""
     query = sa.select(sa.func.count()).select_from(ContextRow).where(*_task_places(project_id))
     if milestone_id is not None:
-        query = query.where(ContextRow.milestone_id == milestone_id)
+        query = query.where(col(ContextRow.milestone_id) == milestone_id)
     return s.execute(query).scalar_one()
 
 

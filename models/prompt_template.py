@@ -27,7 +27,7 @@ from pydantic import Field, StrictInt, ValidationError
 from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel
 
-from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
+from models.base import SnakeWireModel, Timestamp, json_column, table_of, utc_column, utcnow
 from models.db import session_scope
 from models.knowledge import Id, KnowledgeError, check_id
 from models.wire_support import error_lines, row_values, wire_from_row
@@ -134,7 +134,7 @@ def fill(template: PromptTemplate, values: dict[str, str]) -> str:
 
 
 def _latest(s: Session, template_id: str) -> int | None:
-    table = PromptTemplateRow.__table__  # type: ignore[attr-defined]
+    table = table_of(PromptTemplateRow)
     return s.execute(
         sa.select(sa.func.max(table.c.version)).where(table.c.template_id == template_id)
     ).scalar()
@@ -200,7 +200,7 @@ def get_template(
 
 def list_templates(*, session: Session | None = None) -> list[PromptTemplate]:
     """The latest version of every template, by id."""
-    table = PromptTemplateRow.__table__  # type: ignore[attr-defined]
+    table = table_of(PromptTemplateRow)
     latest = (
         sa.select(table.c.template_id, sa.func.max(table.c.version).label("version"))
         .group_by(table.c.template_id)

@@ -15,9 +15,9 @@ from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
-from sqlmodel import Field, Session, SQLModel, select
+from sqlmodel import Field, Session, SQLModel, col, select
 
-from models.base import format_timestamp, utc_column, utcnow
+from models.base import format_timestamp, rowcount, table_of, utc_column, utcnow
 from models.db import session_scope
 from models.inbox import send_payload
 from models.inbox_message import ShutdownRequest
@@ -184,7 +184,7 @@ def _checked_shutdown(session: Session, team_row: Any, member: str) -> None:
         select(Shutdown).where(
             Shutdown.team == team,
             Shutdown.member == member,
-            Shutdown.status.in_([x.value for x in ShutdownStatus.open()]),
+            col(Shutdown.status).in_([x.value for x in ShutdownStatus.open()]),
         )
     ).first()
     if under_way is not None:
@@ -252,7 +252,7 @@ def answer_shutdown(
         raise ShutdownError("a refusal needs a reason (e.g. the task the member is busy with)")
     with session_scope(session) as s:
         row = _get_shutdown(s, request_id)
-        table = Shutdown.__table__
+        table = table_of(Shutdown)
         open_states = [x.value for x in ShutdownStatus.open()]
         now = utcnow()
         if approved:
@@ -298,9 +298,9 @@ def take_answers(request_id: str, *, session: Session | None = None) -> Shutdown
                 InboxRow.team == row.team,
                 InboxRow.recipient == row.requested_by,
                 InboxRow.sender == row.member,
-                InboxRow.type.in_(["shutdown_approved", "shutdown_rejected"]),
+                col(InboxRow.type).in_(["shutdown_approved", "shutdown_rejected"]),
             )
-            .order_by(InboxRow.seq)
+            .order_by(col(InboxRow.seq))
         )
         for answer in answers:
             payload = answer.payload or {}
@@ -386,9 +386,9 @@ def member_metrics(team: str, member: str, *, session: Session | None = None) ->
             }
         count, tokens = s.execute(
             sa.select(
-                sa.func.count(TaskMetricsRow.ended_at),
+                sa.func.count(col(TaskMetricsRow.ended_at)),
                 sa.func.coalesce(sa.func.sum(TaskMetricsRow.tokens), 0),
-            ).where(TaskMetricsRow.team == team, TaskMetricsRow.member == member)
+            ).where(col(TaskMetricsRow.team) == team, col(TaskMetricsRow.member) == member)
         ).one()
         return {"tasks_completed": int(count), "total_tokens": int(tokens)}
 
@@ -415,15 +415,17 @@ def complete_shutdown(
                 "shutdown completes"
             )
         now = utcnow()
-        table = Shutdown.__table__
+        table = table_of(Shutdown)
         values: dict[str, Any] = {"completed_at": now}
         if forced:
             values.update(status=ShutdownStatus.FORCED.value, cause=(cause or "forced")[:255])
-        won = s.execute(
-            sa.update(table)
-            .where(table.c.request_id == request_id, table.c.completed_at.is_(None))
-            .values(**values)
-        ).rowcount
+        won = rowcount(
+            s.execute(
+                sa.update(table)
+                .where(table.c.request_id == request_id, table.c.completed_at.is_(None))
+                .values(**values)
+            )
+        )
         s.refresh(row)
         if not won:
             return row

@@ -18,12 +18,14 @@ from typing import Annotated, Any, Self
 import sqlalchemy as sa
 from pydantic import Field, ValidationError, field_validator
 from sqlmodel import Field as SQLField
-from sqlmodel import Relationship, Session, SQLModel
+from sqlmodel import Relationship, Session, SQLModel, col
 
 from models.base import (
     SnakeWireModel,
     Timestamp,
     json_column,
+    rowcount,
+    table_of,
     utc_column,
     utcnow,
 )
@@ -340,14 +342,14 @@ def list_tasks(
     """A team's tasks, oldest first, optionally only those in `status`."""
     with session_scope(session) as s:
         get_team(s, team)
-        query = sa.select(TaskRow).where(TaskRow.team == team)
+        query = sa.select(TaskRow).where(col(TaskRow.team) == team)
         if status is not None:
             try:
-                query = query.where(TaskRow.status == TaskState(status).value)
+                query = query.where(col(TaskRow.status) == TaskState(status).value)
             except ValueError:
                 choices = ", ".join(t.value for t in TaskState)
                 raise TaskError(f"status {status!r} is not one of {choices}") from None
-        return list(s.execute(query.order_by(TaskRow.created_at)).scalars())
+        return list(s.execute(query.order_by(col(TaskRow.created_at))).scalars())
 
 
 def move_task(
@@ -358,12 +360,12 @@ def move_task(
 
     A conditional update: of several workers starting the same task, exactly one moves it.
     """
-    table = TaskRow.__table__
+    table = table_of(TaskRow)
     query = sa.update(table).where(table.c.id == task_id)
     if only_from is not None:
         query = query.where(table.c.status.in_([s.value for s in only_from]))
     with session_scope(session) as s:
-        moved = s.execute(query.values(status=to.value, updated_at=utcnow())).rowcount
+        moved = rowcount(s.execute(query.values(status=to.value, updated_at=utcnow())))
         return moved == 1
 
 

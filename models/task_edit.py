@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from sqlmodel import Session
+from sqlmodel import Session, col
 
 from models.base import utcnow
 from models.db import session_scope
@@ -223,7 +223,7 @@ def free_tasks(team: str, member: str, *, session: Session | None = None) -> lis
         rows = list(
             s.exec(
                 select(TaskRow)
-                .join(TaskAssigneeRow, TaskAssigneeRow.task_id == TaskRow.id)
+                .join(TaskAssigneeRow, col(TaskAssigneeRow.task_id) == col(TaskRow.id))
                 .where(
                     TaskRow.team == team,
                     TaskAssigneeRow.assignee_id == member,

@@ -16,7 +16,7 @@ from pydantic import (
     ValidationError,
 )
 from sqlmodel import Field as SQLField
-from sqlmodel import Session, SQLModel, select
+from sqlmodel import Session, SQLModel, col, select
 
 from models import db, mirror
 from models.base import (
@@ -257,12 +257,14 @@ def list_members(
         query = select(Member).where(Member.team == team)
         if active:
             query = query.where(Member.is_active == sa.true())
-        return list(s.exec(query.order_by(Member.position)))
+        return list(s.exec(query.order_by(col(Member.position))))
 
 
 def config_of(session: Session, team: Team) -> TeamConfig:
     """The team's `config.json`, from the database."""
-    members = session.exec(select(Member).where(Member.team == team.name).order_by(Member.position))
+    members = session.exec(
+        select(Member).where(col(Member.team) == team.name).order_by(col(Member.position))
+    )
     return team.to_wire(list(members))
 
 

@@ -31,11 +31,11 @@ from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
-from sqlmodel import Field, Session, SQLModel, select
+from sqlmodel import Field, Session, SQLModel, col, select
 
 from models.agent import AgentStateRow, AgentStateStatus, change_agent_status
 from models.approval import ApprovalStatus, PlanApproval
-from models.base import utc_column, utcnow
+from models.base import rowcount, table_of, utc_column, utcnow
 from models.db import session_scope
 from models.presence import tell_lead
 from models.shutdown import Shutdown, ShutdownStatus, complete_shutdown
@@ -122,13 +122,13 @@ def watched_runs(*, session: Session | None = None) -> list[str]:
     with session_scope(session) as s:
         shutdowns = s.exec(
             select(Shutdown.flow_run_id).where(
-                Shutdown.completed_at.is_(None), Shutdown.flow_run_id.is_not(None)
+                col(Shutdown.completed_at).is_(None), col(Shutdown.flow_run_id).is_not(None)
             )
         )
         plans = s.exec(
             select(PlanApproval.flow_run_id).where(
                 PlanApproval.status == ApprovalStatus.PENDING.value,
-                PlanApproval.flow_run_id.is_not(None),
+                col(PlanApproval.flow_run_id).is_not(None),
             )
         )
         return sorted({*shutdowns, *plans})
@@ -164,23 +164,25 @@ def scan(
 def claim_delivery(key: str, raised_at: datetime, *, session: Session | None = None) -> bool:
     """Marks the alarm delivered if nobody did since it was raised; True if this caller won
     (and so delivers it)."""
-    table = WatchdogAlarm.__table__
+    table = table_of(WatchdogAlarm)
     with session_scope(session) as s:
-        won = s.execute(
-            sa.update(table)
-            .where(
-                table.c.key == key,
-                table.c.raised_at == raised_at,
-                table.c.delivered_at.is_(None),
+        won = rowcount(
+            s.execute(
+                sa.update(table)
+                .where(
+                    table.c.key == key,
+                    table.c.raised_at == raised_at,
+                    table.c.delivered_at.is_(None),
+                )
+                .values(delivered_at=utcnow())
             )
-            .values(delivered_at=utcnow())
-        ).rowcount
+        )
         return won == 1
 
 
 def release_delivery(key: str, *, session: Session | None = None) -> None:
     """Undoes `claim_delivery` when the delivery failed: the next scan delivers it."""
-    table = WatchdogAlarm.__table__
+    table = table_of(WatchdogAlarm)
     with session_scope(session) as s:
         s.execute(sa.update(table).where(table.c.key == key).values(delivered_at=None))
 
@@ -202,21 +204,23 @@ def reopen_task(task_id: str | uuid.UUID, *, session: Session | None = None) -> 
         if row is None:
             raise TaskError(f"no task with id {task_id}")
         if row.status == TaskState.ARCHIVED.value and row.reason:
-            table = TaskRow.__table__
-            won = s.execute(
-                sa.update(table)
-                .where(
-                    table.c.id == row.id,
-                    table.c.status == TaskState.ARCHIVED.value,
-                    table.c.reason.is_not(None),
+            table = table_of(TaskRow)
+            won = rowcount(
+                s.execute(
+                    sa.update(table)
+                    .where(
+                        table.c.id == row.id,
+                        table.c.status == TaskState.ARCHIVED.value,
+                        table.c.reason.is_not(None),
+                    )
+                    .values(
+                        status=TaskState.PENDING.value,
+                        reason=None,
+                        attempt=table.c.attempt + 1,
+                        updated_at=utcnow(),
+                    )
                 )
-                .values(
-                    status=TaskState.PENDING.value,
-                    reason=None,
-                    attempt=table.c.attempt + 1,
-                    updated_at=utcnow(),
-                )
-            ).rowcount
+            )
             s.refresh(row)
             if not won:
                 return row
@@ -238,7 +242,7 @@ def _offline(s: Session, team: Team, now: datetime) -> list[Condition]:
     if not members:
         return []
     found = []
-    states = s.exec(select(AgentStateRow).where(AgentStateRow.agent_id.in_(list(members))))
+    states = s.exec(select(AgentStateRow).where(col(AgentStateRow.agent_id).in_(list(members))))
     for state in states:
         member = members[state.agent_id]
         offline = state.status == AgentStateStatus.OFFLINE.value
@@ -279,8 +283,8 @@ def _deadlines(s: Session, team: str, now: datetime) -> list[Condition]:
     rows = s.exec(
         select(TaskRow).where(
             TaskRow.team == team,
-            TaskRow.status.in_([t.value for t in OPEN_TASK_STATES]),
-            TaskRow.deadline.is_not(None),
+            col(TaskRow.status).in_([t.value for t in OPEN_TASK_STATES]),
+            col(TaskRow.deadline).is_not(None),
             TaskRow.deadline <= now,
         )
     )
@@ -303,7 +307,7 @@ def _dead_runs(s: Session, dead: list[DeadRun], now: datetime) -> list[Condition
         key
         for key in s.exec(
             select(WatchdogAlarm.key).where(
-                WatchdogAlarm.key.in_([f"crashed:{run.id}" for run in dead])
+                col(WatchdogAlarm.key).in_([f"crashed:{run.id}" for run in dead])
             )
         )
     }
@@ -332,12 +336,14 @@ def _dead_task_run(s: Session, run: DeadRun, now: datetime) -> Condition | None:
     if run.idempotency_key is not None and run.idempotency_key != task_run_key(row.id, row.attempt):
         return None  # a run of an earlier attempt
     reason = f"failed: {run.describe()}"
-    table = TaskRow.__table__
-    won = s.execute(
-        sa.update(table)
-        .where(table.c.id == row.id, table.c.status == TaskState.IN_PROGRESS.value)
-        .values(status=TaskState.ARCHIVED.value, reason=reason, updated_at=now)
-    ).rowcount
+    table = table_of(TaskRow)
+    won = rowcount(
+        s.execute(
+            sa.update(table)
+            .where(table.c.id == row.id, table.c.status == TaskState.IN_PROGRESS.value)
+            .values(status=TaskState.ARCHIVED.value, reason=reason, updated_at=now)
+        )
+    )
     if not won:
         return None
     return Condition(
@@ -397,7 +403,9 @@ def _record(s: Session, conditions: list[Condition], now: datetime) -> None:
         row.key: row
         for row in s.exec(
             select(WatchdogAlarm).where(
-                sa.or_(WatchdogAlarm.key.in_(list(seen)), WatchdogAlarm.cleared_at.is_(None))
+                sa.or_(
+                    col(WatchdogAlarm.key).in_(list(seen)), col(WatchdogAlarm.cleared_at).is_(None)
+                )
             )
         )
     }
@@ -406,7 +414,7 @@ def _record(s: Session, conditions: list[Condition], now: datetime) -> None:
         if row is None:
             # Another scan at the same time may raise it too: the first insert wins.
             s.execute(
-                _insert(s)(WatchdogAlarm.__table__)
+                _insert(s)(table_of(WatchdogAlarm))
                 .values(
                     key=condition.key,
                     team=condition.team,

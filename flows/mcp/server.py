@@ -138,16 +138,16 @@ def caller(ctx: Context) -> Principal:
 
 
 @contextmanager
-def refusals(ctx: Context | None = None) -> Iterator[Principal | None]:
-    """Runs a tool's body: yields its caller (when `ctx` is given) and turns a refusal
+def refusals(ctx: Context) -> Iterator[Principal]:
+    """Runs a tool's body: yields its caller and turns a refusal
     (`Forbidden`, a store's `ValueError`, a file error) into the envelope tool error.
 
     A member's call that went through is also its heartbeat (`alive`); a refused one writes
     nothing, not even that."""
     try:
-        who = caller(ctx) if ctx is not None else None
+        who = caller(ctx)
         yield who
-        if who is not None and not who.is_local:
+        if not who.is_local:
             # The call went through; a heartbeat it could not record changes nothing.
             with suppress(ValueError):
                 alive(who)
@@ -175,6 +175,7 @@ def alive(who: Principal) -> None:
     from models.db import session_scope
     from models.team import agent_id
 
+    assert who.team is not None and who.name is not None, "a member names its team and itself"
     with session_scope() as s:
         state = s.get(AgentStateRow, agent_id(who.name, who.team))
         status = state.status if state is not None and state.status != "offline" else "idle"

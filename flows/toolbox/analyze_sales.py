@@ -28,9 +28,10 @@ COLUMNS = ("date", "region", "segment", "product", "revenue", "units")
 
 def month_of(text: str, line: int, path: str) -> str:
     try:
-        return date.fromisoformat(text.strip()[:10]).strftime("%Y-%m")
+        day = date.fromisoformat(text.strip()[:10])
     except ValueError:
         fail(f"{path}: line {line}: date {text!r} is not YYYY-MM-DD")
+    return day.strftime("%Y-%m")
 
 
 def growths(series: list[float]) -> list[float | None]:
@@ -127,12 +128,12 @@ def main() -> None:
     regions.sort(key=lambda r: -r["revenue"])
 
     top = trends[:3]
-    summary = [t["summary"] for t in top]
-    summary.append(
+    highlights = [t["summary"] for t in top]
+    highlights.append(
         f"{segments[0]['segment']} is the largest segment with {segments[0]['share_pct']}% "
         "of revenue"
     )
-    summary.append(
+    highlights.append(
         f"{regions[0]['region']} leads the regions with {regions[0]['share_pct']}% of revenue; "
         f"{regions[-1]['region']} trails with {regions[-1]['share_pct']}%"
     )
@@ -147,7 +148,7 @@ def main() -> None:
             "top_trends": top,
             "by_segment": segments,
             "by_region": regions,
-            "summary": summary,
+            "summary": highlights,
         }
     )
 
