@@ -74,6 +74,7 @@ def create_timer(
     """Records a TIMER and creates its `system-alert` run, scheduled for `due`; teamflow's
     clock in a worker delivers it at `due` if the run has not by then."""
     alert = store.create_alert(team, AlertType.TIMER, name, message, recipient=member, fire_at=due)
+    assert alert.id is not None, "a stored alert has its id"
     try:
         run = runner.start(
             DEPLOYMENT,
@@ -121,6 +122,7 @@ def add_schedule(
         alert = store.create_alert(
             team, AlertType.SCHEDULED_EVENT, name, message, recipient=member, schedule=spec
         )
+        assert alert.id is not None, "a stored alert has its id"
         try:
             with get_client(sync_client=True) as client:
                 deployment = _deployment(client)
@@ -197,9 +199,10 @@ def cancel(alert_id: int) -> Alert:
                 elif alert.flow_run_id:
                     run = client.read_flow_run(UUID(alert.flow_run_id))
                     if run.state is not None and not run.state.is_scheduled():
+                        state = run.state.name or run.state.type.value
                         raise AlertError(
                             f"timer {alert_id} ({alert.name}) is already "
-                            f"{run.state.name.lower()}; it cannot be cancelled"
+                            f"{state.lower()}; it cannot be cancelled"
                         )
                     client.set_flow_run_state(
                         run.id, Cancelled(message="cancelled with `teamflow alert cancel`")

@@ -25,6 +25,7 @@ import logging
 import time
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import sqlalchemy as sa
 from prefect import flow, get_client, get_run_logger, task
@@ -61,14 +62,17 @@ def _deliver(
     # nothing is written and a retry delivers it once.
     fired_at = utcnow()
     with session_scope() as session:
-        timer = payload.alert_type == AlertType.TIMER and alert_id is not None
-        if timer and not store.claim_timer(alert_id, session=session):
+        if (
+            payload.alert_type == AlertType.TIMER
+            and alert_id is not None
+            and not store.claim_timer(alert_id, session=session)
+        ):
             return _gone_off(alert_id, session)
         if member is None:
             recipients = [m.name for m in list_members(team, active=True, session=session)]
         else:
             recipients = [member]
-        firing = {
+        firing: dict[str, Any] = {
             "alert_id": alert_id, "recipients": recipients, "flow_run_id": run_id,
             "due_at": due_at, "fired_at": fired_at, "session": session,
         }  # fmt: skip
@@ -134,6 +138,7 @@ def fire_due_timers(*, now: datetime | None = None) -> list[int]:
     """teamflow's clock: delivers every due TIMER that has not gone off; returns their ids."""
     fired = []
     for alert in store.due_timers(now=now):
+        assert alert.id is not None, "a stored alert has its id"
         if time.monotonic() - _failed.get(alert.id, -RETRY_FAILED_S) < RETRY_FAILED_S:
             continue
         payload = SystemAlertPayload(
@@ -183,7 +188,9 @@ async def _tag_this_run(tags: list[str]) -> None:
     if run_id is None or set(tags) <= set(flow_run.get_tags()):
         return
     async with get_client() as client:
-        await client.update_flow_run(run_id, tags=sorted(set(flow_run.get_tags()) | set(tags)))
+        await client.update_flow_run(
+            UUID(run_id), tags=sorted(set(flow_run.get_tags()) | set(tags))
+        )
 
 
 @flow(

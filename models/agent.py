@@ -159,6 +159,7 @@ def change_agent_status(
     """Sets `state.status` to `status` at `now`; if that changes it (or the row is new),
     closes the member's open history row and opens one for `status`, in `session`'s
     transaction. Returns whether the status changed. `state.team` must be set."""
+    assert state.team is not None, "a member's agent_state row names its team"
     if state.status == status and _known(session, state):
         return False
     state.status = status
@@ -176,7 +177,7 @@ def change_agent_status(
 
 def _known(session: Session, state: AgentStateRow) -> bool:
     """Whether `state` is a stored row (a new one's first status is a change)."""
-    return sa.inspect(state).persistent
+    return sa.inspect(state, raiseerr=True).persistent
 
 
 # --- 000 tables: agent_configs and experience_logs -----------------------------------------

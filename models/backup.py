@@ -31,7 +31,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from pydantic import TypeAdapter, ValidationError
-from sqlmodel import Session, col
+from sqlmodel import Session, col, select
 
 from models import limits, mirror
 from models.base import UTCDateTime, check_member_name, check_team_name, table_of, utcnow
@@ -167,10 +167,10 @@ def export_team(name: str, folder: Path, *, session: Session | None = None) -> P
         inboxes = {}
         for member in config["members"]:
             rows = s.exec(
-                sa.select(InboxRow)
+                select(InboxRow)
                 .where(col(InboxRow.team) == name, col(InboxRow.recipient) == member["name"])
                 .order_by(col(InboxRow.seq))
-            ).scalars()
+            )
             inboxes[member["name"]] = [r.entry_dict() for r in rows]
     mirror.write_atomic(folder / "config.json", mirror.dump_json(config))
     for member, entries in inboxes.items():
@@ -245,9 +245,7 @@ def _projects_of(session: Session, contexts: list[dict[str, Any]]) -> list[dict[
     ids = sorted({c["project_id"] for c in contexts})
     if not ids:
         return []
-    found = session.exec(
-        sa.select(ProjectRow).where(ProjectRow.project_id.in_(ids))  # type: ignore[attr-defined]
-    ).scalars()
+    found = session.exec(select(ProjectRow).where(col(ProjectRow.project_id).in_(ids)))
     return [row.to_wire().to_wire() for row in found]
 
 
@@ -386,17 +384,17 @@ def _check_restored_config(session: Session, team: str, archive: Path) -> None:
     Runs inside the restore's transaction, before its commit: a refusal writes nothing.
     """
     row = session.exec(
-        sa.select(Team).where(col(Team.name) == team).execution_options(populate_existing=True)
-    ).scalar_one_or_none()
+        select(Team).where(col(Team.name) == team).execution_options(populate_existing=True)
+    ).one_or_none()
     if row is None:
         raise BackupError(f"{archive}: {DUMP} has no row of team {team!r}")
     members = list(
         session.exec(
-            sa.select(Member)
+            select(Member)
             .where(col(Member.team) == team)
             .order_by(col(Member.position))
             .execution_options(populate_existing=True)
-        ).scalars()
+        )
     )
     for i, member in enumerate(members):
         try:

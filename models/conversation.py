@@ -35,7 +35,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 from sqlmodel import Field as SQLField
-from sqlmodel import Session, SQLModel, select
+from sqlmodel import Session, SQLModel, col, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from models.base import SnakeWireModel, Timestamp, utc_column, utcnow
 from models.wire_support import not_null
@@ -288,16 +289,16 @@ class MessageRow(SQLModel, table=True):
         )
 
 
-def _conversation_rows(agent_id: str, conversation_id: str | None) -> Any:
+def _conversation_rows(agent_id: str, conversation_id: str | None) -> SelectOfScalar[MessageRow]:
     conversation = (
-        MessageRow.conversation_id.is_(None)  # type: ignore[union-attr]
+        col(MessageRow.conversation_id).is_(None)
         if conversation_id is None
         else MessageRow.conversation_id == conversation_id
     )
     return (
         select(MessageRow)
         .where(MessageRow.agent_id == agent_id, conversation)
-        .where(MessageRow.role.in_([r.value for r in CONVERSATION_ROLES]))  # type: ignore[attr-defined]
+        .where(col(MessageRow.role).in_([r.value for r in CONVERSATION_ROLES]))
     )
 
 
@@ -345,7 +346,7 @@ def append_message(
             f"message index {message.index} does not follow the conversation: "
             f"the next index is {count}"
         )
-    last = session.exec(query.order_by(MessageRow.id.desc()).limit(1)).first()  # type: ignore[union-attr]
+    last = session.exec(query.order_by(col(MessageRow.id).desc()).limit(1)).first()
     if last is not None and message.turn < last.turn:
         raise ValueError(f"message turn {message.turn} is less than the last turn {last.turn}")
     row = MessageRow.from_wire(message, agent_id=agent_id, conversation_id=conversation_id)

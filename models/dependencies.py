@@ -121,8 +121,8 @@ def _path(session: Session, start: uuid.UUID, goal: uuid.UUID) -> list[uuid.UUID
     if goal not in came_from:
         return None
     chain = [goal]
-    while came_from[chain[-1]] is not None:
-        chain.append(came_from[chain[-1]])
+    while (step := came_from[chain[-1]]) is not None:
+        chain.append(step)
     return list(reversed(chain))
 
 
@@ -263,13 +263,15 @@ def idle_members(session: Session, team: str, usable: Callable[[dict], bool]) ->
     lead = get_team(session, team).lead
     members = session.execute(
         sa.select(col(Member.name), col(Member.runtime))
-        .where(Member.team == team, Member.is_active == sa.true(), Member.name != lead)
-        .order_by(Member.position)
+        .where(
+            col(Member.team) == team, col(Member.is_active) == sa.true(), col(Member.name) != lead
+        )
+        .order_by(col(Member.position))
     ).all()
     running = set(
         session.execute(
             sa.select(col(TaskStatusRow.member)).where(
-                TaskStatusRow.team == team, TaskStatusRow.status == "running"
+                col(TaskStatusRow.team) == team, col(TaskStatusRow.status) == "running"
             )
         ).scalars()
     )

@@ -29,7 +29,7 @@ class Format:
             if self.many:  # pydantic keeps an adapter's type private (`_type`): name the type
                 raise TypeError(f"{self.name}: `many` needs a type as its target, not an adapter")
             return obj
-        return TypeAdapter(list[obj] if self.many else obj)
+        return TypeAdapter(list[obj] if self.many else obj)  # type: ignore[valid-type]  # known at run time
 
     def validate(self, data: Any) -> Any:
         """The parsed document; raises `pydantic.ValidationError`."""

@@ -194,6 +194,7 @@ def a_decider(req: Request) -> str | None:
     refused = as_itself(req)
     if refused:
         return refused
+    assert req.team is not None, "as_itself allowed it: the member acts in its own team"
     config = ApprovalSettings.of(get_team(req.session, req.team))
     if req.principal.name not in config.deciders:
         return "it is not an approver of the team (teamflow team settings TEAM --approvers)"

@@ -315,7 +315,7 @@ def set_read(session: Session, team: str, member: str, message_ids: list[str] | 
     if message_ids is not None:
         if not message_ids:
             return 0
-        query = query.where(InboxRow.message_id.in_(message_ids))
+        query = query.where(col(InboxRow.message_id).in_(message_ids))
     changed = rowcount(session.exec(query.values(read=True)))
     if changed:
         bump(session, team, member, appended=False)

@@ -219,7 +219,7 @@ def _decided(column: Any, values: list[str], session: Session | None) -> list[st
     with session_scope(session) as s:
         return list(
             s.exec(
-                select(PlanApproval.flow_run_id).where(
+                select(col(PlanApproval.flow_run_id)).where(
                     column.in_(values),
                     PlanApproval.status != ApprovalStatus.PENDING,
                     col(PlanApproval.flow_run_id).is_not(None),

@@ -58,9 +58,9 @@ def team_rows(session: Session, team: str) -> list[tuple[sa.Table, Any]]:
             found.append((table, table.c.task_id.in_(ids)))
         elif "agent_id" in table.c:
             found.append((table, table.c.agent_id.like(f"%@{team}")))
-    ids = sa.select(_uuid_text(session, tasks.c.id)).where(tasks.c.team == team)
+    texts = sa.select(_uuid_text(session, tasks.c.id)).where(tasks.c.team == team)
     at = next(i for i, (table, _) in enumerate(found) if table is tasks) + 1
-    found.insert(at, (contexts, contexts.c.task_id.in_(ids.scalar_subquery())))
+    found.insert(at, (contexts, contexts.c.task_id.in_(texts.scalar_subquery())))
     return found
 
 
@@ -69,7 +69,9 @@ def _uuid_text(session: Session, column: sa.Column) -> Any:
     PostgreSQL casts its uuid; SQLite stores the 32 hex digits, to be put in groups."""
     if session.get_bind().dialect.name == "postgresql":
         return sa.cast(column, sa.String)
-    groups = [sa.func.substr(column, start, size, type_=sa.String) for start, size in _GROUPS]
+    groups: list[Any] = [
+        sa.func.substr(column, start, size, type_=sa.String) for start, size in _GROUPS
+    ]
     return functools.reduce(lambda text, group: text + "-" + group, groups)
 
 

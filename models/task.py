@@ -209,7 +209,8 @@ class TaskAssigneeRow(SQLModel, table=True):
 
 
 def _assignee_rows(ids: list[str]) -> list[TaskAssigneeRow]:
-    return [TaskAssigneeRow(assignee_id=name, position=i) for i, name in enumerate(ids)]
+    # task_id is filled in when the rows join their task's `assignees`.
+    return [TaskAssigneeRow(assignee_id=name, position=i) for i, name in enumerate(ids)]  # type: ignore[call-arg]  # see above
 
 
 class TaskMetricsRow(SQLModel, table=True):

@@ -203,6 +203,7 @@ def set_member_status(
             except sa.exc.IntegrityError:
                 pass  # another worker made it first
             row = s.get(TaskStatusRow, (team, member), with_for_update=True, populate_existing=True)
+            assert row is not None, "inserted above, by this session or another worker"
         if status is ExecutionStatus.RUNNING and row.status != ExecutionStatus.RUNNING.value:
             row.started_at = now
             row.completed_at = None

@@ -285,7 +285,7 @@ def _deadlines(s: Session, team: str, now: datetime) -> list[Condition]:
             TaskRow.team == team,
             col(TaskRow.status).in_([t.value for t in OPEN_TASK_STATES]),
             col(TaskRow.deadline).is_not(None),
-            TaskRow.deadline <= now,
+            col(TaskRow.deadline) <= now,
         )
     )
     return [
@@ -295,7 +295,7 @@ def _deadlines(s: Session, team: str, now: datetime) -> list[Condition]:
             AlarmKind.DEADLINE,
             str(row.id),
             f"task {row.title!r} ({row.id}) is {row.status} past its deadline "
-            f"{row.deadline.isoformat()}",
+            f"{row.deadline.isoformat()}",  # type: ignore[union-attr]  # selected IS NOT NULL
         )
         for row in rows
     ]
@@ -441,8 +441,6 @@ def _record(s: Session, conditions: list[Condition], now: datetime) -> None:
 
 
 def _insert(s: Session) -> Any:
-    if s.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    return postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert
