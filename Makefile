@@ -19,12 +19,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/pytest -n 3 --dist loadfile --durations=15
 
 # The inner loop: everything but the slow end-to-end tests (marker `system`).
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/pytest -n 3 --dist loadfile -m "not system"
 
 lint: $(STAMP)

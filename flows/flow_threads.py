@@ -90,9 +90,10 @@ class FlowThreads:
 
     def _serve(self) -> None:
         with asyncio.Runner() as runner:
-            clients: contextlib.AbstractAsyncContextManager[None] | None = api_clients()
+            opened = api_clients()
+            clients: contextlib.AbstractAsyncContextManager[None] | None = opened
             try:
-                runner.run(clients.__aenter__())
+                runner.run(opened.__aenter__())
             except Exception as exc:  # the server is away: each run makes its own clients
                 print(f"teamflow worker: API clients not kept ({exc!r})", flush=True)
                 clients = None
@@ -168,7 +169,7 @@ def run_flow_here(flow: Flow[..., Any], flow_run: FlowRun) -> None:
             return
         if due is not None:
             time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()))
-        outcome = run_flow(flow, flow_run=flow_run, return_type="state", error_logger=logger)
+        outcome = run_flow(flow, flow_run=flow_run, return_type="state", error_logger=logger)  # type: ignore[arg-type]  # a LoggerAdapter logs as a Logger
         if inspect.isawaitable(outcome):
             _run_here(outcome)
     except (Pause, Abort):

@@ -66,6 +66,7 @@ def _report(task_id: str, team: str, name: str) -> Report:
         row = get_task(task_id, session=s)
         member = teams.get_member(s, team, name)
         assigned = name in [a.assignee_id for a in row.assignees]
+        assert row.status is not None, "a stored task has a status"
         return Report(row.status, row.reason, assigned, member.is_active)
 
 

@@ -109,7 +109,7 @@ async def record_request(
     previous_request_id: str | None,
     timeout_s: float | None,
     policy: str | None,
-    flow_run_id: str,
+    flow_run_id: str | None,
 ) -> str:
     """Records the request and puts it in the lead's inbox (once, even if retried)."""
     row = await anyio.to_thread.run_sync(

@@ -167,5 +167,5 @@ def ensure_crash_automation(pool: str = POOL, within_seconds: float | None = Non
     except ValueError:
         automation.create()
         return
-    automation.id = existing.id
+    automation.id = existing.id  # type: ignore[attr-defined]  # sync caller: not a coroutine
     automation.update()

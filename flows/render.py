@@ -23,7 +23,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from models.base import format_timestamp
-from models.conversation import ConversationMessage, ConversationRole
+from models.conversation import (
+    AssistantContent,
+    ConversationMessage,
+    ConversationRole,
+    UserContent,
+)
 from models.team_config import ANSI, Color
 
 SYSTEM, USER, ASSISTANT, CLOCK = "🧠", "👤", "🤖", "🕐"
@@ -53,10 +58,12 @@ def render_message(message: ConversationMessage, *, color: str | None = None) ->
     if message.role is ConversationRole.SYSTEM:
         return f"{SYSTEM} System: {message.content}"
     if message.role is ConversationRole.USER:
-        content = message.content
+        said = message.content
+        assert isinstance(said, UserContent), "a user message's content (validated)"
         return "\n".join(
-            [f"{USER} User {content.userid} [Turn {message.turn}]", stamp, f"> {content.text}"]
+            [f"{USER} User {said.userid} [Turn {message.turn}]", stamp, f"> {said.text}"]
         )
+    assert isinstance(message.content, AssistantContent), "an assistant message's (validated)"
     content = message.content.model_dump(mode="json", by_alias=True)
     header = f"{ASSISTANT} Assistant [Turn {message.turn}]"
     if color:

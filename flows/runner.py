@@ -269,6 +269,7 @@ def start_task(task_id: str, *, require_worker: bool = True) -> StartedRun:
 
     row = reopen_task(task_id)
     task = get_task(str(row.id))
+    assert task.team is not None, "a task with runs belongs to a team"
     assignees = [a.assignee_id for a in task.assignees]
     return start(
         "team-task/team-task",

@@ -129,6 +129,7 @@ def poll(request_id: str) -> tuple[Shutdown, bool, str | None]:
     `teamflow sync` would.
     """
     row = shutdown.get_shutdown(request_id)
+    assert row.requested_by is not None, "request_shutdown sets it (the team's lead)"
     refused: list[str] = []
     if mirror.changed_outside(mirror.inbox_path(row.team, row.requested_by)):
         inbox_files.refresh_file(row.team, row.requested_by, refused)

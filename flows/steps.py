@@ -328,7 +328,7 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
             )
             await liveness.now("thinking")
             # quote: Prefect need not walk the conversation and tools looking for futures.
-            result = await agent_step(quote(runtime), quote(request), name, work.steps + 1)
+            result = await agent_step(quote(runtime), quote(request), name, work.steps + 1)  # type: ignore[call-overload]  # Prefect unquotes
             if isinstance(result, StepFailure):
                 work.failed_step = work.steps + 1
                 raise StepError(result.reason)
@@ -550,7 +550,7 @@ async def _internal(
     if action == "create_task":
         from models.task import create_task
 
-        row = await anyio.to_thread.run_sync(
+        created = await anyio.to_thread.run_sync(
             lambda: create_task(
                 team,
                 title=str(params.get("title", "")),
@@ -559,7 +559,7 @@ async def _internal(
                 creator=name,
             )
         )
-        results.append(ToolResult.success(action, {"task_id": str(row.id)}))
+        results.append(ToolResult.success(action, {"task_id": str(created.id)}))
         return False
     results.append(ToolResult.failure(action, f"unknown internal action {action!r}"))
     return False

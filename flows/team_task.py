@@ -39,6 +39,7 @@ from typing import Any
 import anyio
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+from prefect.client.schemas.objects import State
 from prefect.states import Failed
 
 from flows import dependencies
@@ -320,7 +321,7 @@ def _run_name() -> str:
 @flow(name=FLOW_NAME, flow_run_name=_run_name, persist_result=False)
 async def team_task(
     task_id: str, team: str | None = None, max_steps: int = DEFAULT_MAX_STEPS
-) -> dict[str, Any]:
+) -> dict[str, Any] | State[Any]:
     """Works a team task to its end with its assignees' agents.
 
     Args:

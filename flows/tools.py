@@ -116,7 +116,7 @@ class _Capture:
 
     def _read(self) -> None:
         # Keep reading after the limit: a writer blocked on a full pipe would never exit.
-        while chunk := self._pipe.read1(_CHUNK):  # type: ignore[attr-defined]
+        while chunk := self._pipe.read1(_CHUNK):  # type: ignore[attr-defined]  # a BufferedReader
             self.total += len(chunk)
             room = self._limit - len(self.kept)
             if room > 0:
@@ -165,9 +165,10 @@ def _die_with_parent(argv: list[str], cwd: Any, environment: Mapping[str, str]) 
         if not os.access(found, os.X_OK):
             raise PermissionError(13, "Permission denied", program)
     else:
-        found = shutil.which(program, path=environment.get("PATH", os.defpath))
-        if found is None:
+        on_path = shutil.which(program, path=environment.get("PATH", os.defpath))
+        if on_path is None:
             raise FileNotFoundError(2, "No such file or directory", program)
+        found = on_path
     return [_SETPRIV, "--pdeathsig", "KILL", "--", found, *argv[1:]]
 
 

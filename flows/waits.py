@@ -53,9 +53,11 @@ import anyio
 import orjson
 from prefect import get_run_logger
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import State
 from prefect.context import FlowRunContext
 from prefect.exceptions import Pause, PrefectHTTPStatusError
 from prefect.input import RunInput
+from prefect.input.run_input import Keyset
 from prefect.states import Cancelled, Paused, Running, Suspended
 from pydantic import ValidationError
 
@@ -147,10 +149,11 @@ async def wait_for_input(
     run_id = context.flow_run.id
     check_s = check_s or get_settings().pause_check_seconds
     remaining = (until - utcnow()).total_seconds() if until else 7 * 24 * 3600
-    paused = Paused(
+    pause_key = key or f"teamflow-{uuid.uuid4().hex[:12]}"
+    paused: State[Any] = Paused(
         timeout_seconds=int(max(remaining, 0)) + PREFECT_PAUSE_MARGIN_S,
         reschedule=False,
-        pause_key=key or f"teamflow-{uuid.uuid4().hex[:12]}",
+        pause_key=pause_key,
     )
     keyset = keyed_for_input(paused)
 
@@ -161,7 +164,7 @@ async def wait_for_input(
         except Pause as refused:
             # A loaded server answered 503 to the pause it had made, and the client's
             # retry of it was refused as a repeat: the run is paused, by this wait.
-            state = refused_as_repeat(refused, paused.state_details.pause_key)
+            state = refused_as_repeat(refused, pause_key)
             if state is None:
                 raise
         if state.is_running():  # this wait fired before the run was suspended
@@ -203,7 +206,7 @@ async def suspend_for_input(
         raise RuntimeError("suspend_for_input runs inside a flow run")
     run_id = context.flow_run.id
     remaining = (until - utcnow()).total_seconds() if until else 7 * 24 * 3600
-    suspended = Suspended(
+    suspended: State[Any] = Suspended(
         timeout_seconds=int(max(remaining, 0)) + PREFECT_PAUSE_MARGIN_S, pause_key=key
     )
     keyset = keyed_for_input(suspended)
@@ -257,7 +260,7 @@ async def _retrying(call: Callable[[], Awaitable[Any]], logger: Any, every: floa
 
 
 async def _read_input(
-    client: Any, form: type[T], keyset: dict[str, str], run_id: Any, patience: float = 5.0
+    client: Any, form: type[T], keyset: Keyset, run_id: Any, patience: float = 5.0
 ) -> T | None:
     """The input the run was resumed with; None if it was resumed without any.
 

@@ -66,9 +66,8 @@ def schedule_watchdog(every: float | None = None) -> float:
             if schedule not in keep:
                 client.delete_deployment_schedule(deployment.id, schedule.id)
         if not keep:
-            client.create_deployment_schedules(
-                deployment.id, [(IntervalSchedule(interval=wanted), True)]
-            )
+            interval: Any = IntervalSchedule(interval=wanted)  # one of the schedule types it takes
+            client.create_deployment_schedules(deployment.id, [(interval, True)])
         elif not keep[0].active:
             client.update_deployment_schedule(deployment.id, keep[0].id, active=True)
     return every

@@ -286,7 +286,7 @@ def _armed_timers() -> Any:
     return select(Alert).where(
         Alert.alert_type == AlertType.TIMER.value,
         Alert.status == AlertStatus.ACTIVE,
-        Alert.flow_run_id.is_not(None),  # type: ignore[union-attr]
+        col(Alert.flow_run_id).is_not(None),
     )
 
 
@@ -313,9 +313,9 @@ def claim_timer(alert_id: int, *, session: Session) -> bool:
     done = session.execute(
         sa.update(Alert)
         .where(
-            Alert.id == alert_id,  # type: ignore[arg-type]
-            Alert.alert_type == AlertType.TIMER.value,  # type: ignore[arg-type]
-            Alert.status == AlertStatus.ACTIVE,  # type: ignore[arg-type]
+            col(Alert.id) == alert_id,
+            col(Alert.alert_type) == AlertType.TIMER.value,
+            col(Alert.status) == AlertStatus.ACTIVE,
         )
         .values(status=AlertStatus.DONE, active=False, status_changed_at=utcnow())
     )

@@ -480,6 +480,7 @@ def respond(request_id: str, *, session: Session | None = None) -> str | None:
         elif request.decided_by == SYSTEM and request.cause:
             feedback = f"{feedback}\n\n{request.cause}" if feedback else request.cause
         sender = request.decided_by
+        assert sender is not None, "a decided request names who decided it"
         if sender != SYSTEM and s.get(Member, (request.team, sender)) is None:
             sender = team.lead  # an approver who is not a member answers through the lead
         row = send_payload(

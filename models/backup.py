@@ -272,7 +272,7 @@ def restore(archive: Path, *, force: bool = False) -> Restored:
         infos = _sized_members(tar, archive)  # sizes checked before anything is extracted
         dump_info = next((i for i in infos if i.name == DUMP and i.isfile()), None)
         try:
-            dump = loads_json(tar.extractfile(dump_info).read(), what=f"{archive}: {DUMP}")  # type: ignore[union-attr, arg-type]
+            dump = loads_json(tar.extractfile(dump_info).read(), what=f"{archive}: {DUMP}")  # type: ignore[union-attr, arg-type]  # a regular file of ours
         except LimitError as exc:
             raise BackupError(str(exc)) from None
         except (KeyError, AttributeError, ValueError, tarfile.TarError, OSError, EOFError):
@@ -322,7 +322,7 @@ def restore(archive: Path, *, force: bool = False) -> Restored:
             if info.isdir():
                 mirror.ensure_dir(target)
             else:
-                mirror.write_atomic(target, tar.extractfile(info).read())  # type: ignore[union-attr]
+                mirror.write_atomic(target, tar.extractfile(info).read())  # type: ignore[union-attr]  # a regular file of ours
     # The files now match the restored rows; record that, so no outside change is seen.
     _write_config(name)
     for member in dump["rows"].get("members", []):

@@ -170,9 +170,9 @@ class _DropUnsetNones:
         data = handler(self)
         if not isinstance(data, dict):
             return data
-        fields = type(self).model_fields  # type: ignore[attr-defined]
+        fields = type(self).model_fields  # type: ignore[attr-defined]  # mixed into BaseModels
         for name, field in fields.items():
-            if name in self.model_fields_set or getattr(self, name) is not None:  # type: ignore[attr-defined]
+            if name in self.model_fields_set or getattr(self, name) is not None:  # type: ignore[attr-defined]  # mixed into BaseModels
                 continue
             key = field.serialization_alias or field.alias or name
             data.pop(key if info.by_alias else name, None)

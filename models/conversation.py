@@ -178,7 +178,7 @@ class Conversation(RootModel[list[ConversationMessage]]):
             raise ValidationError.from_exception_data(type(self).__name__, errors)
         return self
 
-    def __iter__(self) -> Iterator[ConversationMessage]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[ConversationMessage]:  # type: ignore[override]  # the messages, as a list
         return iter(self.root)
 
     def __len__(self) -> int:
@@ -308,7 +308,7 @@ def load_conversation(
     """The `003` conversation of `agent_id` in `conversation_id`, in order (`tool` rows left
     out). Wrap it in `Conversation(...)` to check it as a whole."""
     rows = session.exec(
-        _conversation_rows(agent_id, conversation_id).order_by(MessageRow.id)  # type: ignore[arg-type]
+        _conversation_rows(agent_id, conversation_id).order_by(col(MessageRow.id))
     ).all()
     return [row.to_wire(index=position) for position, row in enumerate(rows)]
 
@@ -320,8 +320,8 @@ def conversations_of(
     rows = session.exec(
         select(MessageRow)
         .where(MessageRow.agent_id == agent_id)
-        .where(MessageRow.role.in_([r.value for r in CONVERSATION_ROLES]))  # type: ignore[attr-defined]
-        .order_by(MessageRow.id)  # type: ignore[arg-type]
+        .where(col(MessageRow.role).in_([r.value for r in CONVERSATION_ROLES]))
+        .order_by(col(MessageRow.id))
     ).all()
     grouped: dict[str | None, list[MessageRow]] = {}
     for row in rows:

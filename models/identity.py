@@ -28,7 +28,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field as SQLField
-from sqlmodel import Session, SQLModel, select
+from sqlmodel import Session, SQLModel, col, select
 
 from models.base import utc_column, utcnow
 from models.db import session_scope
@@ -331,7 +331,7 @@ def revoke_tokens(team: str, member: str, *, session: Session | None = None) -> 
                 select(MemberToken).where(
                     MemberToken.team == team,
                     MemberToken.member == member,
-                    MemberToken.revoked_at.is_(None),  # type: ignore[union-attr]
+                    col(MemberToken.revoked_at).is_(None),
                 )
             )
         )
@@ -372,7 +372,7 @@ def live_tokens(team: str, member: str, *, session: Session | None = None) -> in
                     select(MemberToken.token_hash).where(
                         MemberToken.team == team,
                         MemberToken.member == member,
-                        MemberToken.revoked_at.is_(None),  # type: ignore[union-attr]
+                        col(MemberToken.revoked_at).is_(None),
                     )
                 )
             )

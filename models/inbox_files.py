@@ -152,22 +152,23 @@ def refresh_file(
             with file_swap.snapshot(path) as snap:
                 state = mirror.read_state(path)
                 ours = snap is not None and state is not None and state.matches(snap.stat)
-                if ours and version is not None and state.version >= version:
+                mine = state if ours else None  # the state of the file read, when it is ours
+                if mine is not None and version is not None and mine.version >= version:
                     break  # what the caller committed is in the file already
                 bad: list[str] = []
                 if snap is not None and not ours:
                     entries, bad = read_entries(path, snap.read(), snap.error)
                     take(entries)
                 with db.engine().connect().execution_options(teamflow_read_only=True) as conn:
-                    spare = state.spare_state() if ours else None
+                    spare = mine.spare_state() if mine is not None else None
                     # The counter and the entries after the oldest version an append could
                     # start from, in one statement (one snapshot on PostgreSQL too).
-                    since = spare.seq if spare is not None else state.seq if ours else 0
+                    since = spare.seq if spare is not None else mine.seq if mine is not None else 0
                     found = _counter_and_entries(conn, team, member, since)
                     if found is None:  # the member is gone
                         break
                     (seq, version), fetched = found
-                    if ours and (seq, version) == (state.seq, state.version):
+                    if mine is not None and (seq, version) == (mine.seq, mine.version):
                         break  # another writer already wrote this version
                     read = (conn, team, member, since, fetched, seq)
                     swapped = None
@@ -176,23 +177,30 @@ def refresh_file(
                         swapped = file_swap.append_to_spare(path, spare, after)
                     if swapped is None:
                         data = None
-                        if ours and _appended_since(state, seq, version):
+                        if (
+                            mine is not None
+                            and snap is not None
+                            and _appended_since(mine, seq, version)
+                        ):
                             old = snap.read()
                             if old is not None:
-                                data = mirror.append_bytes(old, _entries_after(*read, state.seq))
+                                data = mirror.append_bytes(old, _entries_after(*read, mine.seq))
                         if data is None:
                             data = mirror.array_bytes(_entries_after(*read, 0))
                         swapped = file_swap.swap_in(path, data)
                 if snap is not None and snap.same_file(swapped.old_stat):
                     outside = None  # what was swapped out is the file read
+                    assert swapped.old is not None and swapped.old_stat is not None, "swapped out"
                     kept = None
                     if bad:
                         report(bad, file_swap.set_aside(path, swapped.old, None))
-                    elif ours and swapped.written:  # a version teamflow wrote: the new spare
-                        if file_swap.keep_as_spare(path, swapped.old):  # type: ignore[arg-type]
-                            kept = mirror.FileState.of(swapped.old_stat, state.seq, state.version)  # type: ignore[arg-type,union-attr]
+                    elif (
+                        mine is not None and swapped.written
+                    ):  # a version teamflow wrote: the new spare
+                        if file_swap.keep_as_spare(path, swapped.old):
+                            kept = mirror.FileState.of(swapped.old_stat, mine.seq, mine.version)
                     else:
-                        swapped.old.unlink()  # type: ignore[union-attr]
+                        swapped.old.unlink()
                 else:
                     outside = swapped.old  # moved in by another writer after the read
                     kept = None
@@ -205,7 +213,7 @@ def refresh_file(
                 again = not swapped.written
             if outside is not None:
                 with file_swap.snapshot(outside) as other:
-                    entries, bad = read_entries(path, other.read(), other.error)  # type: ignore[union-attr]
+                    entries, bad = read_entries(path, other.read(), other.error)  # type: ignore[union-attr]  # the file swapped out exists
                 again = take(entries) or again
                 if bad:
                     report(bad, file_swap.set_aside(path, outside, None))
@@ -313,10 +321,10 @@ def take_in(team: str, member: str, entries: list[InboxMessage]) -> tuple[int, i
             if message_id is None:
                 same = by_content.get(_content_key(entry.from_, entry.timestamp, entry.text))
                 message_id = same.pop(0) if same else None
-            if message_id in known:
+            if message_id is not None and message_id in known:  # its keys are all ids
                 if entry.read and not known[message_id]:
-                    to_mark.append(message_id)  # type: ignore[arg-type]
-                    known[message_id] = True  # type: ignore[index]
+                    to_mark.append(message_id)
+                    known[message_id] = True
                 continue
             row = InboxRow.from_entry(team, member, entry)
             row.fields_set = None  # written back with its (possibly new) messageId

@@ -30,7 +30,7 @@ from pydantic import (
     field_validator,
 )
 from sqlmodel import Field as SQLField
-from sqlmodel import Session, SQLModel, select
+from sqlmodel import Session, SQLModel, col, select
 
 from models.base import (
     JSONValue,
@@ -266,7 +266,7 @@ def add_resource(
 def list_resources(*, session: Session | None = None) -> list[ResourceDefinition]:
     """Every stored `000` Resource Definition, by `resource_id`."""
     with session_scope(session) as s:
-        rows = s.exec(select(ResourceRow).order_by(ResourceRow.resource_id))  # type: ignore[arg-type]
+        rows = s.exec(select(ResourceRow).order_by(col(ResourceRow.resource_id)))
         return [row.to_wire() for row in rows]
 
 
@@ -293,7 +293,7 @@ def knowledge_ids(ids: list[str], *, session: Session | None = None) -> set[str]
     with session_scope(session) as s:
         found = s.exec(
             select(KnowledgeEntryRow.knowledge_id).where(
-                KnowledgeEntryRow.knowledge_id.in_(set(ids))  # type: ignore[attr-defined]
+                col(KnowledgeEntryRow.knowledge_id).in_(set(ids))
             )
         )
         return set(found)
@@ -523,8 +523,8 @@ def list_knowledge(
     """The stored Knowledge Entries, oldest first; with `tag`, those tagged with it."""
     with session_scope(session) as s:
         query = select(KnowledgeEntryRow).order_by(
-            KnowledgeEntryRow.created_at,  # type: ignore[arg-type]
-            KnowledgeEntryRow.knowledge_id,  # type: ignore[arg-type]
+            col(KnowledgeEntryRow.created_at),
+            col(KnowledgeEntryRow.knowledge_id),
         )
         # Tags are a JSON list; filtering here reads the same on SQLite and PostgreSQL.
         entries = [row.to_wire() for row in s.exec(query)]

@@ -25,7 +25,7 @@ it was built from.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Self
@@ -33,7 +33,7 @@ from typing import Annotated, Any, Literal, Self
 import sqlalchemy as sa
 from pydantic import Field, StrictFloat, StrictInt, ValidationError
 from sqlmodel import Field as SQLField
-from sqlmodel import Session, SQLModel, select
+from sqlmodel import Session, SQLModel, col, select
 
 from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
 from models.db import session_scope
@@ -243,7 +243,7 @@ def _validated(data: dict[str, Any]) -> Memory:
 
 
 def pick_embedder(embedder: Embedder | Literal["env"] | None) -> Embedder | None:
-    return configured_embedder() if embedder == FROM_ENV else embedder  # type: ignore[return-value]
+    return configured_embedder() if embedder == FROM_ENV else embedder
 
 
 def check_team_and_agent(s: Session, team: str, agent: str | None) -> str | None:
@@ -288,7 +288,7 @@ def _check_related(s: Session, team: str, memory: Memory, me: str | None) -> Non
 def _team_dimension(s: Session, team: str, other_than: uuid.UUID | None = None) -> int | None:
     query = select(sa.func.length(MemoryRow.vector)).where(
         MemoryRow.team == team,
-        MemoryRow.vector.is_not(None),  # type: ignore[union-attr]
+        col(MemoryRow.vector).is_not(None),
     )
     if other_than is not None:
         query = query.where(MemoryRow.memory_id != other_than)
@@ -333,7 +333,7 @@ def add(
     importance: float | None = None,
     confidence: float | None = None,
     tags: list[str] | None = None,
-    related_memories: list[uuid.UUID | str] | None = None,
+    related_memories: Sequence[uuid.UUID | str] | None = None,
     source: str | None = None,
     embedding: list[float] | None = None,
     embedder: Embedder | Literal["env"] | None = FROM_ENV,
@@ -441,9 +441,7 @@ def forget(
         s.delete(row)
         # JSON text contains the UUID in its canonical form on both databases.
         pointing = s.exec(
-            select(MemoryRow).where(
-                sa.cast(MemoryRow.related_memories, sa.Text).like(f"%{key}%")  # type: ignore[arg-type]
-            )
+            select(MemoryRow).where(sa.cast(MemoryRow.related_memories, sa.Text).like(f"%{key}%"))
         )
         for other in pointing:
             other.related_memories = [r for r in other.related_memories or [] if r != key]

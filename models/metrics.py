@@ -154,7 +154,10 @@ def _duration_quantiles(counts: pd.Series, start: datetime | None, url: str | No
         if not wanted:
             return pd.DataFrame(columns=columns, index=counts.index)
         return read_frame(stmt, url).set_index(["team", "member"])[columns]
-    team_p, member_p = sa.bindparam("team"), sa.bindparam("member")
+    team_p, member_p = (
+        sa.bindparam("team", type_=sa.String),
+        sa.bindparam("member", type_=sa.String),
+    )
     base = sa.select(M.duration_s).where(
         M.team == team_p, M.member == member_p, M.duration_s.is_not(None)
     )
@@ -179,9 +182,9 @@ def _duration_quantiles(counts: pd.Series, start: datetime | None, url: str | No
                 high = min(low + 1, n - 1)
                 names = {"team": team_name, "member": member, "limit": high - low + 1}
                 if low <= n - 1 - high:
-                    values = conn.execute(up, {**names, "off": low}).scalars().all()
+                    values = list(conn.execute(up, {**names, "off": low}).scalars())
                 else:
-                    values = conn.execute(down, {**names, "off": n - 1 - high}).scalars().all()
+                    values = list(conn.execute(down, {**names, "off": n - 1 - high}).scalars())
                     values.reverse()
                 value = float(values[0])
                 if high > low and position > low:
@@ -320,7 +323,9 @@ def team_glance(team: str, *, url: str | None = None) -> dict[str, Any]:
             keys = list(result.keys())
             for row in result.cursor.fetchall():
                 values = [plain_number(v) if isinstance(v, Decimal) else v for v in row]
-                members.setdefault(values[0], {}).update(zip(keys[1:], values[1:], strict=True))
+                members.setdefault(str(values[0]), {}).update(
+                    zip(keys[1:], values[1:], strict=True)
+                )
             result.close()
         counts = dict(conn.execute(tasks.group_by(table_of(TaskRow).c.status)).tuples().all())
     return {"members": members, "tasks": counts}
@@ -358,18 +363,18 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     ).where(I.read == sa.false())
     if team is not None:
         counted = counted.where(I.team == team)
-    counted = counted.group_by(I.team, I.recipient).subquery()
+    firsts = counted.group_by(I.team, I.recipient).subquery()
     stmt = sa.select(
-        counted.c.team,
-        counted.c.recipient.label("member"),
-        counted.c.unread,
+        firsts.c.team,
+        firsts.c.recipient.label("member"),
+        firsts.c.unread,
         raw_time(I.timestamp, "oldest_unread_at"),
     ).join(
         table_of(InboxRow),
         sa.and_(
-            I.team == counted.c.team,
-            I.recipient == counted.c.recipient,
-            I.seq == counted.c.first_seq,
+            I.team == firsts.c.team,
+            I.recipient == firsts.c.recipient,
+            I.seq == firsts.c.first_seq,
         ),
     )
     unread = read_frame(stmt, url)

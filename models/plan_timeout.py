@@ -217,15 +217,14 @@ def _decided(column: Any, values: list[str], session: Session | None) -> list[st
     if not values:
         return []
     with session_scope(session) as s:
-        return list(
-            s.exec(
-                select(col(PlanApproval.flow_run_id)).where(
-                    column.in_(values),
-                    PlanApproval.status != ApprovalStatus.PENDING,
-                    col(PlanApproval.flow_run_id).is_not(None),
-                )
+        found = s.exec(
+            select(col(PlanApproval.flow_run_id)).where(
+                column.in_(values),
+                PlanApproval.status != ApprovalStatus.PENDING,
+                col(PlanApproval.flow_run_id).is_not(None),
             )
         )
+        return [run_id for run_id in found if run_id is not None]
 
 
 def _seconds(delta: timedelta) -> str:

@@ -186,7 +186,7 @@ def get_project(project_id: str, *, session: Session | None = None) -> ProjectDe
 def list_projects(*, session: Session | None = None) -> list[ProjectDefinition]:
     """Every project, by id."""
     with session_scope(session) as s:
-        rows = s.exec(select(ProjectRow).order_by(ProjectRow.project_id))  # type: ignore[arg-type]
+        rows = s.exec(select(ProjectRow).order_by(col(ProjectRow.project_id)))
         return [row.to_wire() for row in rows]
 
 
@@ -295,10 +295,10 @@ def _task_places(project_id: str) -> list[Any]:
     """Where the contexts that place a task in the project are (`place_task` writes them)."""
     return [
         ContextRow.project_id == project_id,
-        ContextRow.task_id.is_not(None),  # type: ignore[union-attr]
-        ContextRow.process_id.is_(None),  # type: ignore[union-attr]
-        ContextRow.thread_id.is_(None),  # type: ignore[union-attr]
-        ContextRow.branch_id.is_(None),  # type: ignore[union-attr]
+        col(ContextRow.task_id).is_not(None),
+        col(ContextRow.process_id).is_(None),
+        col(ContextRow.thread_id).is_(None),
+        col(ContextRow.branch_id).is_(None),
     ]
 
 
@@ -353,8 +353,8 @@ def project_view(project_id: str, *, session: Session | None = None) -> ProjectV
                 continue  # a context of work that is no teamflow task
         tasks = s.execute(
             sa.select(TaskRow)
-            .where(TaskRow.id.in_(list(placed)))  # type: ignore[attr-defined]
-            .order_by(TaskRow.created_at, TaskRow.id)  # type: ignore[arg-type]
+            .where(col(TaskRow.id).in_(list(placed)))
+            .order_by(col(TaskRow.created_at), col(TaskRow.id))
         ).scalars()
         groups: dict[str, list[TaskRef]] = {m: [] for m in project.milestones}
         without: list[TaskRef] = []

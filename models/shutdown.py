@@ -192,6 +192,7 @@ def _checked_shutdown(session: Session, team_row: Any, member: str) -> None:
 
 
 def _send_shutdown_request(session: Session, row: Shutdown, now: datetime) -> None:
+    assert row.requested_by is not None, "request_shutdown sets it (the team's lead)"
 
     send_payload(
         row.team,

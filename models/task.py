@@ -289,7 +289,7 @@ def create_task(
     *,
     title: str,
     description: str | None = None,
-    assignees: list[str] = (),  # type: ignore[assignment]
+    assignees: list[str] = (),  # type: ignore[assignment]  # a tuple, never mutated
     creator: str | None = None,
     priority: str | None = None,
     deadline: datetime | None = None,

@@ -143,6 +143,7 @@ def update_task(
 def _set_owner(session: Session, row: TaskRow, owner: str) -> bool:
     """Makes `owner` (an active member; "" for nobody) the task's only assignee."""
     if owner:
+        assert row.team is not None, "a task given owners belongs to a team"
         get_member(session, row.team, owner, active=True)
     current = [a.assignee_id for a in row.assignees]
     if current == ([owner] if owner else []):
@@ -227,7 +228,7 @@ def free_tasks(team: str, member: str, *, session: Session | None = None) -> lis
                 .where(
                     TaskRow.team == team,
                     TaskAssigneeRow.assignee_id == member,
-                    TaskRow.status.in_([st.value for st in OPEN_TASK_STATES]),  # type: ignore[union-attr]
+                    col(TaskRow.status).in_([st.value for st in OPEN_TASK_STATES]),
                 )
             )
         )

@@ -126,6 +126,7 @@ def console() -> None:
     with `os._exit`. Anything else (Prefect's threads, output that cannot be flushed, a
     non-numeric exit) exits the normal way.
     """
+    code: str | int | None
     try:
         main()
         code = 0

@@ -6,14 +6,18 @@ backend, so it needs no display. Neither is imported before the command runs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from flows.cli.output import JsonFlag, emit, fail
 
-COLUMNS = [
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
+
+COLUMNS: list[tuple[str, str, JustifyMethod]] = [
     ("member", "member", "left"),
     ("tasks", "tasks", "right"),
     ("failed", "failed", "right"),
@@ -29,7 +33,7 @@ COLUMNS = [
     ("offline_s", "offline", "right"),
 ]
 
-ALERT_COLUMNS = [
+ALERT_COLUMNS: list[tuple[str, str, JustifyMethod]] = [
     ("alert_type", "alert type", "left"),
     ("firings", "firings", "right"),
     ("delivered", "delivered", "right"),
@@ -128,7 +132,7 @@ def metrics(
         typer.echo(f"plot written to {plot}")
 
 
-def _fill(table, columns: list[tuple[str, str, str]], frame) -> None:
+def _fill(table, columns: Sequence[tuple[str, str, str]], frame) -> None:
     for row in frame.to_dict("records"):
         table.add_row(
             *(_seconds(row[key]) if key.endswith("_s") else str(row[key]) for key, _, _ in columns)

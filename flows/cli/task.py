@@ -205,6 +205,7 @@ def task_run(
     from models.task import get_task
 
     row = get_task(task_id)
+    assert row.team is not None, "a task with assignees belongs to a team"
     _refuse_unrunnable(row.team, [a.assignee_id for a in row.assignees])
     _check_startable(row)
     if local:

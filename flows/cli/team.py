@@ -211,8 +211,8 @@ def _warn_unrunnable(team_name: str) -> None:
     from flows.runtimes.kinds import runtime_problem
     from models import team
 
-    lead = team.list_teams()
-    lead = next((t.lead for t in lead if t.name == team_name), None)
+    rows = team.list_teams()
+    lead = next((t.lead for t in rows if t.name == team_name), None)
     names = [
         m.name
         for m in team.list_members(team_name)

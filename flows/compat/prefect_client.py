@@ -6,7 +6,10 @@ leans on; `tests/test_compat.py` fails when that changes): re-check it when Pref
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prefect.input.run_input import Keyset
 
 
 async def propose_state(client: Any, state: Any, run_id: Any) -> Any:
@@ -24,7 +27,7 @@ async def propose_state(client: Any, state: Any, run_id: Any) -> Any:
     return await propose(client, state, flow_run_id=run_id)
 
 
-def keyed_for_input(state: Any) -> dict[str, str]:
+def keyed_for_input(state: Any) -> Keyset:
     """Gives a Paused/Suspended `state` the keys of the run input it waits for; returns them.
 
     Written against Prefect 3.8.8: `pause_flow_run` and `suspend_flow_run` do exactly this

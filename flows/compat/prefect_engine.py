@@ -38,7 +38,7 @@ def leave_suspended(state: Any) -> NoReturn:
     raise Pause(state=state)
 
 
-def refused_as_repeat(refused: Exception, pause_key: str) -> Any:
+def refused_as_repeat(refused: BaseException, pause_key: str) -> Any:
     """The paused state a refused pause proposal carries, when it is this wait's own pause.
 
     Written against Prefect 3.8.8: a loaded server can answer 503 to a pause it made; the

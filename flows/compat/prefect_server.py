@@ -33,8 +33,8 @@ def immediate_sqlite_transactions() -> None:
     def begin_transaction(self: Any, session: Any, with_for_update: bool = False) -> Any:
         return original(self, session, with_for_update=True)
 
-    begin_transaction.teamflow_immediate = True  # type: ignore[attr-defined]
-    AioSqliteConfiguration.begin_transaction = begin_transaction  # type: ignore[method-assign]
+    begin_transaction.teamflow_immediate = True  # type: ignore[attr-defined]  # our patch's marker
+    AioSqliteConfiguration.begin_transaction = begin_transaction  # type: ignore[method-assign]  # the patch
 
 
 def skip_stored_event_batches() -> None:
@@ -66,9 +66,9 @@ def skip_stored_event_batches() -> None:
             stored.update(found.all())
         new = [event for event in events if event.id not in stored]
         if new:  # Prefect 3.8.8 inserts an empty row for a batch without new events
-            await original(session, new)
+            await original(session, new)  # type: ignore[attr-defined]  # async, typed as sync-compatible
 
-    _write_sqlite_events.teamflow_skips_stored = True  # type: ignore[attr-defined]
+    _write_sqlite_events.teamflow_skips_stored = True  # type: ignore[attr-defined]  # our patch's marker
     database._write_sqlite_events = _write_sqlite_events
 
 
@@ -86,7 +86,7 @@ def quiet_worker_channel_disconnects() -> None:
     from starlette.websockets import WebSocketDisconnected
 
     if WebSocketDisconnected not in subscriptions.NORMAL_DISCONNECT_EXCEPTIONS:
-        subscriptions.NORMAL_DISCONNECT_EXCEPTIONS = (
+        subscriptions.NORMAL_DISCONNECT_EXCEPTIONS = (  # type: ignore[assignment]  # one more
             *subscriptions.NORMAL_DISCONNECT_EXCEPTIONS,
             WebSocketDisconnected,
         )
@@ -102,8 +102,8 @@ def quiet_worker_channel_disconnects() -> None:
         except subscriptions.NORMAL_DISCONNECT_EXCEPTIONS:
             return  # the worker has gone: the channel ends, as its receiving side does
 
-    _send_loop.teamflow_quiet = True  # type: ignore[attr-defined]
-    connection._send_loop = _send_loop  # type: ignore[method-assign]
+    _send_loop.teamflow_quiet = True  # type: ignore[attr-defined]  # our patch's marker
+    connection._send_loop = _send_loop  # type: ignore[method-assign]  # the patch
 
 
 SCHEDULE = "SCHEDULE"
@@ -155,5 +155,5 @@ def scheduled_states_not_awaited() -> None:
             kwargs["initial_state_id"] = None  # used for `follows` only
         return await original(flow_run=flow_run, initial_state=initial_state, **kwargs)
 
-    flow_run_state_change_event.teamflow_not_awaited = True  # type: ignore[attr-defined]
-    policies.flow_run_state_change_event = flow_run_state_change_event
+    flow_run_state_change_event.teamflow_not_awaited = True  # type: ignore[attr-defined]  # our patch's marker
+    policies.flow_run_state_change_event = flow_run_state_change_event  # type: ignore[assignment]  # same call

@@ -68,7 +68,7 @@ def cache_server_result_storage() -> None:
             hit = answers[url] = (time.monotonic(), await aread())
         return hit[1]
 
-    cached_read.teamflow_cached = True  # type: ignore[attr-defined]
+    cached_read.teamflow_cached = True  # type: ignore[attr-defined]  # our patch's marker
     results._read_server_default_result_storage_block_id = cached_read
     results._aread_server_default_result_storage_block_id = cached_aread
 
@@ -130,7 +130,7 @@ async def run_on_time(flow: Flow[..., Any], flow_run: FlowRun, due: datetime) ->
     async with engine.start():
         while engine.is_running():
             async with engine.run_context():
-                await engine.call_flow_fn()
+                await engine.call_flow_fn()  # type: ignore[unused-coroutine]  # typed loosely upstream
     return engine.state
 
 
@@ -211,17 +211,17 @@ class ProcessWorkerHooks:
         await sync
 
     async def _sync_and_initialize(self) -> None:
-        await self.sync_with_server(super()._sync_and_initialize())  # type: ignore[misc]
+        await self.sync_with_server(super()._sync_and_initialize())  # type: ignore[misc]  # a mixin of ProcessWorker
 
     async def beat_now(self) -> None:
         """One heartbeat and sync at once, as Prefect's worker does at its interval."""
-        await ProcessWorker._sync_and_initialize(self)
+        await ProcessWorker._sync_and_initialize(self)  # type: ignore[arg-type]  # self is one
 
     async def _give_worker_labels_to_flow_run(self, flow_run_id: Any) -> None:
         """Labels the run with this worker's name and pool: once, beside the run, not
         before. The labels only say which worker took the run, so a run whose one try
         fails goes without them."""
-        label = super()._give_worker_labels_to_flow_run  # type: ignore[misc]
+        label = super()._give_worker_labels_to_flow_run  # type: ignore[misc]  # a mixin of ProcessWorker
 
         async def give() -> None:
             try:

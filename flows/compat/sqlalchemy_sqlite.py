@@ -62,7 +62,7 @@ def write_gate() -> None:
                 if took and not _in_transaction(conn):
                     _release(id(conn))
 
-        statement.teamflow_gate = True  # type: ignore[attr-defined]
+        statement.teamflow_gate = True  # type: ignore[attr-defined]  # our marker
         return statement
 
     def ending(end: Any) -> Any:
@@ -75,8 +75,8 @@ def write_gate() -> None:
 
         return ended
 
-    cursor.execute = gated(cursor.execute)  # type: ignore[method-assign]
-    cursor.executemany = gated(cursor.executemany)  # type: ignore[method-assign]
+    cursor.execute = gated(cursor.execute)  # type: ignore[method-assign]  # the patch
+    cursor.executemany = gated(cursor.executemany)  # type: ignore[method-assign]  # the patch
     for name in ENDS:
         setattr(connection, name, ending(getattr(connection, name)))
 

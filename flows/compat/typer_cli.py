@@ -9,9 +9,12 @@ moves.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typer.core import TyperGroup
+
+if TYPE_CHECKING:
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
 
 class _LazyCommands(MutableMapping):
@@ -104,7 +107,7 @@ def function_command(function: Callable[..., Any], name: str | None, root: Any) 
     )
 
 
-def usage_errors() -> tuple[type[Exception], type[Exception]]:
+def usage_errors() -> tuple[type[ClickException], type[NoArgsIsHelpError]]:
     """Typer's usage error and its "no arguments: help printed" error, as raised by an app
     called with `standalone_mode=False`: `(ClickException, NoArgsIsHelpError)`.
 

@@ -117,7 +117,7 @@ def caller(ctx: Context) -> Principal:
     Over stdio it is the server's `TEAMFLOW_TOKEN`; without one, the local user. The token
     is checked on every call, so a revoked token stops working at once.
     """
-    server: TeamflowMCP = ctx.mcp_server  # type: ignore[assignment]
+    server: TeamflowMCP = ctx.mcp_server  # type: ignore[assignment]  # the SDK types its base class
     headers = ctx.headers
     if headers is not None:
         auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")

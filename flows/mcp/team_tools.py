@@ -249,6 +249,7 @@ def _shutdown_response(
         if (request.team, request.member) != (team_name, me):
             raise ValueError(f"shutdown {request_id} was not asked of {me} in team {team_name}")
         member = teams.get_member(s, team_name, me)
+        payload: ShutdownApproved | ShutdownRejected
         if approve:
             payload = ShutdownApproved(
                 request_id=request_id,

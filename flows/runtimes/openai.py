@@ -169,7 +169,7 @@ class OpenAIRuntime:
             elif message.role is ConversationRole.USER:
                 messages.append({"role": "user", "content": json.dumps(message.to_wire())})
             else:
-                content = message.content.to_wire()  # type: ignore[union-attr]
+                content = message.content.to_wire()  # type: ignore[union-attr]  # an assistant's content
                 step = content.get("chimera", content)
                 messages.append({"role": "assistant", "content": json.dumps(step)})
         turn: dict[str, Any] = {"inbox": request.inbox} if request.inbox else {}
@@ -195,7 +195,7 @@ def _secret(block: str) -> str:
     try:
         from prefect.blocks.system import Secret
 
-        value = Secret.load(block).get()
+        value = Secret.load(block).get()  # type: ignore[union-attr]  # sync caller: a block, not a coroutine
     except Exception as exc:
         reason = (str(exc).strip().splitlines() or [""])[0][:200]
         raise StepError(
