@@ -125,7 +125,7 @@ def generate(count: int, dim: int) -> None:
     finally:
         raw.close()
     with db.session_scope() as s:
-        memories_changed(s, TEAM)
+        memories_changed(TEAM, session=s)
     if postgres:
         with engine.begin() as conn:
             conn.execute(sa.text("ANALYZE memories"))

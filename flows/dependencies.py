@@ -40,24 +40,24 @@ def claim(session: Any, info: dict[str, Any]) -> bool:
     pending with the reason recorded (`info["reason"]`). A task without assignees gets one
     (`info["assignees"]`)."""
     task_id = uuid.UUID(info["id"])
-    assignees, reason = deps.before_claim(session, task_id, runtime_usable)
+    assignees, reason = deps.before_claim(task_id, runtime_usable, session=session)
     info["assignees"], info["reason"] = assignees, reason
     if reason is not None:
         if info["status"] == TaskState.PENDING.value:
-            deps.set_reason(session, task_id, reason)
+            deps.set_reason(task_id, reason, session=session)
         return False
     claimed = move_task(
         task_id, to=TaskState.IN_PROGRESS, only_from={TaskState.PENDING}, session=session
     )
     if claimed:
-        deps.set_reason(session, task_id, None)
+        deps.set_reason(task_id, None, session=session)
     return claimed
 
 
 def settle(session: Any, info: dict[str, Any], completed: bool) -> list[tuple[uuid.UUID, str]]:
     """In the close's transaction: the dependents to start now (claimed), or, when the task
     failed, its dependents archived with the reason."""
-    return deps.settle(session, uuid.UUID(info["id"]), completed)
+    return deps.settle(uuid.UUID(info["id"]), completed, session=session)
 
 
 def start_ready(ready: list[tuple[uuid.UUID, str]]) -> list[str]:
@@ -93,7 +93,7 @@ def start_ready(ready: list[tuple[uuid.UUID, str]]) -> list[str]:
             )
             log.error("Task %s: %s", task_id, reason)
             with session_scope() as s:
-                deps.set_reason(s, task_id, " ".join(reason.split()))
+                deps.set_reason(task_id, " ".join(reason.split()), session=s)
             continue
         log.info("Task %s is unblocked: started %s", task_id, run.name)
         started.append(str(run.id))

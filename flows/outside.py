@@ -44,7 +44,7 @@ def _outside(team: str, name: str) -> bool:
     from models.db import session_scope
 
     with session_scope() as s:
-        return is_outside(teams.get_member(s, team, name).runtime)
+        return is_outside(teams.get_member(team, name, session=s).runtime)
 
 
 @dataclass
@@ -64,7 +64,7 @@ def _report(task_id: str, team: str, name: str) -> Report:
 
     with session_scope() as s:
         row = get_task(task_id, session=s)
-        member = teams.get_member(s, team, name)
+        member = teams.get_member(team, name, session=s)
         assigned = name in [a.assignee_id for a in row.assignees]
         assert row.status is not None, "a stored task has a status"
         return Report(row.status, row.reason, assigned, member.is_active)

@@ -169,9 +169,9 @@ async def tell_not_allowed(request_id: str, decider: str, reason: str, wait: int
 
         with session_scope() as s:
             request = approval.get_request(request_id, session=s)
-            lead = get_team(s, request.team).lead
+            lead = get_team(request.team, session=s).lead
             try:
-                to = get_member(s, request.team, decider, active=True).name
+                to = get_member(request.team, decider, active=True, session=s).name
             except ValueError:
                 to = lead
             inbox.send(

@@ -96,7 +96,7 @@ def spawn_member(team: str, name: str, *, command: str, cwd: str | None = None) 
     if not command.strip():
         raise SpawnError(f"give the agent program to start: --command or {COMMAND_ENV}")
     with session_scope() as s:
-        member = teams.get_member(s, team, name, active=True)
+        member = teams.get_member(team, name, active=True, session=s)
         agent_id = member.agent_id
     folder = mirror.ensure_dir(mirror.member_tasks_dir(team, name))
     token = identity.issue_token(team, name)

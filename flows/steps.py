@@ -160,7 +160,7 @@ def _begin(info: dict[str, Any], name: str) -> Assignee:
 
     team = info["team"]
     with session_scope() as s:
-        row = teams.get_member(s, team, name, active=True)
+        row = teams.get_member(team, name, active=True, session=s)
         runtime = dict(row.runtime or {})
         allowed = runtime.get("tools")
         member = Assignee(
@@ -169,7 +169,7 @@ def _begin(info: dict[str, Any], name: str) -> Assignee:
             model=row.model,
             prompt=row.prompt,
             plan_mode=bool(row.plan_mode_required),
-            lead=teams.get_team(s, team).lead,
+            lead=teams.get_team(team, session=s).lead,
             tools=[t for t in list_tools(session=s) if allowed is None or t.tool_id in allowed],
         )
         set_member_status(team, name, status=ExecutionStatus.RUNNING, session=s)

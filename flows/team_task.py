@@ -105,7 +105,7 @@ def claim(task_id: str) -> tuple[dict[str, Any], bool, int]:
         info = _task_info(task_id, session=s)
         # Gated by task dependencies (open blockers, no assignee): flows/dependencies.py.
         claimed = dependencies.claim(s, info)
-        team = teams.get_team(s, info["team"])
+        team = teams.get_team(info["team"], session=s)
         if claimed:
             notify(info, lead=team.lead, session=s)
         limit = int(team.settings.get("concurrency", DEFAULT_CONCURRENCY))
@@ -190,7 +190,7 @@ def close(info: dict[str, Any], works: list[Work], ok: bool) -> None:
         state = TaskState.COMPLETED if ok else TaskState.ARCHIVED
         move_task(uuid.UUID(info["id"]), to=state, session=s)
         ready = dependencies.settle(s, info, ok)  # dependents: start them, or fail them
-        lead = teams.get_team(s, team).lead
+        lead = teams.get_team(team, session=s).lead
         messages = []
         for work in works:
             if work.member == lead:

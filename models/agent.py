@@ -154,7 +154,7 @@ class AgentStateHistoryRow(SQLModel, table=True):
 
 
 def change_agent_status(
-    session: Session, state: AgentStateRow, status: str, *, member: str, now: datetime
+    state: AgentStateRow, status: str, *, session: Session, member: str, now: datetime
 ) -> bool:
     """Sets `state.status` to `status` at `now`; if that changes it (or the row is new),
     closes the member's open history row and opens one for `status`, in `session`'s

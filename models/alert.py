@@ -178,9 +178,9 @@ def check_alert(
         raise AlertError(f"the alert message is {len(message)} characters; at most {MAX_MESSAGE}")
     with session_scope(session) as s:
         try:
-            get_team(s, team)
+            get_team(team, session=s)
             if recipient is not None:
-                get_member(s, team, recipient, active=True)
+                get_member(team, recipient, active=True, session=s)
         except ValueError as exc:
             raise AlertError(str(exc)) from None
 
@@ -225,7 +225,7 @@ def list_alerts(
 ) -> list[Alert]:
     """A team's alerts, oldest first (`include_ended=False`: without cancelled and done)."""
     with session_scope(session) as s:
-        get_team(s, team)
+        get_team(team, session=s)
         query = select(Alert).where(Alert.team == team)
         if not include_ended:
             query = query.where(col(Alert.status).in_([AlertStatus.ACTIVE, AlertStatus.PAUSED]))

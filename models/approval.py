@@ -290,9 +290,9 @@ def _checked_request(
     policy: TimeoutPolicy | str | None,
 ) -> tuple[Any, ApprovalSettings, int, TimeoutPolicy]:
 
-    team_row = get_team(session, team)
+    team_row = get_team(team, session=session)
     config = ApprovalSettings.of(team_row)
-    get_member(session, team, member, active=True)
+    get_member(team, member, active=True, session=session)
     if member == team_row.lead:
         raise ApprovalError(f"{member} leads team {team}: its plans need nobody's approval")
     try:
@@ -302,7 +302,7 @@ def _checked_request(
         raise ApprovalError(f"timeout policy {policy!r} is not one of {choices}") from None
     revision = 1
     if previous_request_id is not None:
-        previous = load_plan(session, previous_request_id)
+        previous = load_plan(previous_request_id, session=session)
         if (previous.team, previous.member) != (team, member):
             raise ApprovalError(
                 f"plan {previous_request_id} is not one of {member}'s plans in team {team}"
@@ -333,10 +333,10 @@ def _checked_request(
 def get_request(request_id: str, *, session: Session | None = None) -> PlanApproval:
     """One plan approval request; `ApprovalError` if there is none."""
     with session_scope(session) as s:
-        return load_plan(s, request_id)
+        return load_plan(request_id, session=s)
 
 
-def load_plan(session: Session, request_id: str) -> PlanApproval:
+def load_plan(request_id: str, *, session: Session) -> PlanApproval:
     row = session.get(PlanApproval, request_id)
     if row is None:
         raise ApprovalError(f"no plan approval request {request_id!r}")
@@ -352,7 +352,7 @@ def list_requests(
 ) -> list[PlanApproval]:
     """A team's plan approval requests, oldest first; `pending` keeps the undecided ones."""
     with session_scope(session) as s:
-        get_team(s, team)
+        get_team(team, session=s)
         query = select(PlanApproval).where(PlanApproval.team == team)
         if pending:
             query = query.where(
@@ -393,14 +393,14 @@ def decide(
         AlreadyDecided: someone (or the timeout) decided first; the message says who, when.
     """
     with session_scope(session) as s:
-        request = load_plan(s, request_id)
-        config = ApprovalSettings.of(get_team(s, request.team))
+        request = load_plan(request_id, session=s)
+        config = ApprovalSettings.of(get_team(request.team, session=s))
         check_decider(request, decider, config)
         if approve:
-            return close_request(s, request, ApprovalStatus.APPROVED, decider, feedback,
-                          f"approved by {decider}")  # fmt: skip
+            return close_request(request, ApprovalStatus.APPROVED, decider, feedback,
+                          f"approved by {decider}", session=s)  # fmt: skip
         status, cause = denial(request, config, f"denied by {decider}")
-        return close_request(s, request, status, decider, feedback, cause)
+        return close_request(request, status, decider, feedback, cause, session=s)
 
 
 def denial(
@@ -416,12 +416,13 @@ def denial(
 
 
 def close_request(
-    session: Session,
     request: PlanApproval,
     status: ApprovalStatus,
     decider: str,
     feedback: str | None,
     cause: str,
+    *,
+    session: Session,
 ) -> PlanApproval:
     """The conditional update that lets one decision win, then the response, in one go."""
     table = table_of(PlanApproval)
@@ -455,7 +456,7 @@ def respond(request_id: str, *, session: Session | None = None) -> str | None:
     member is shut down and can receive nothing). Safe to call from any process any time.
     """
     with session_scope(session) as s:
-        request = load_plan(s, request_id)
+        request = load_plan(request_id, session=s)
         if request.is_open:
             raise ApprovalError(f"plan {request_id} is pending: there is nothing to respond yet")
         member = s.get(Member, (request.team, request.member))
@@ -472,7 +473,7 @@ def respond(request_id: str, *, session: Session | None = None) -> str | None:
         )
         if not claimed:
             return None
-        team = get_team(s, request.team)
+        team = get_team(request.team, session=s)
         feedback = request.feedback
         if request.status == ApprovalStatus.REJECTED:
             note = "The revision limit is reached: this plan is rejected; do not ask again."

@@ -146,8 +146,8 @@ def import_team(folder: Path, *, session: Session | None = None) -> Team:
                 row = InboxRow.from_entry(config.name, member.name, entry)
                 row.seq = seq
                 s.add(row)
-            mirror.mark(s, "inbox", (config.name, member.name))
-        mirror.mark(s, "config", (config.name,))
+            mirror.mark("inbox", (config.name, member.name), session=s)
+        mirror.mark("config", (config.name,), session=s)
         return team
 
 
@@ -162,8 +162,8 @@ def export_team(name: str, folder: Path, *, session: Session | None = None) -> P
     """Writes the team's `config.json` and `inboxes/*.json` into `folder`."""
     folder = Path(folder)
     with session_scope(session) as s:
-        team = get_team(s, name)
-        config = config_of(s, team).to_wire()
+        team = get_team(name, session=s)
+        config = config_of(team, session=s).to_wire()
         inboxes = {}
         for member in config["members"]:
             rows = s.exec(
@@ -184,7 +184,7 @@ def export_team(name: str, folder: Path, *, session: Session | None = None) -> P
 def _team_rows(session: Session, team: str) -> dict[str, list[dict[str, Any]]]:
     """Every database row that belongs to `team`, by table, in dependency order."""
     dump: dict[str, list[dict[str, Any]]] = {}
-    for table, where in team_rows(session, team):
+    for table, where in team_rows(team, session=session):
         # Not `memories.vector`: bytes, the embedding's copy, made again on restore.
         columns = [c for c in table.c if c is not MEMORIES.c.vector]
         rows = [dict(r._mapping) for r in session.execute(sa.select(*columns).where(where))]
@@ -217,7 +217,7 @@ def backup(name: str, out: Path, *, session: Session | None = None) -> Path:
     """
     out = Path(out)
     with session_scope(session) as s:
-        get_team(s, name)
+        get_team(name, session=s)
         rows = _team_rows(s, name)
         projects = _projects_of(s, rows.get(CONTEXTS.name, []))
     dump = {
@@ -292,7 +292,7 @@ def restore(archive: Path, *, force: bool = False) -> Restored:
                     raise TeamError(f"team {name!r} exists; restore with --force to replace it")
                 if exists:
                     delete_team(name, session=s)
-                clear_rows(s, name)  # rows of a team deleted before, keyed by agent id
+                clear_rows(name, session=s)  # rows of a team deleted before, keyed by agent id
                 restored = Restored(name)
                 for table in metadata.sorted_tables:
                     rows = [
@@ -309,7 +309,7 @@ def restore(archive: Path, *, force: bool = False) -> Restored:
                         s.execute(table.insert(), rows)
                         _advance_id_sequence(s, table)
                 if MEMORIES.name in rows_by_table:  # no process's cached vectors of it hold
-                    memories_changed(s, name)
+                    memories_changed(name, session=s)
                 _check_restored_config(s, name, archive)
         except (sa.exc.StatementError, TypeError, ValueError) as exc:
             if isinstance(exc, TeamError | BackupError):

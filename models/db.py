@@ -136,7 +136,7 @@ def session_scope(session: Session | None = None) -> Iterator[Session]:
         new.commit()
 
 
-def replace_row(session: Session, row: Any, key: Any) -> None:
+def replace_row(row: Any, key: Any, *, session: Session) -> None:
     """Adds `row`, or copies its fields onto the stored row with primary key `key` (flushed)."""
     stored = session.get(type(row), key)
     if stored is None:

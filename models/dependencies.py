@@ -71,7 +71,7 @@ def _parse(task_id: str | uuid.UUID) -> uuid.UUID:
         raise TaskError(f"--blocked-by {task_id!r} is not a task id (a UUID)") from None
 
 
-def add_blockers(session: Session, task: TaskRow, blocked_by: Iterable[str | uuid.UUID]) -> None:
+def add_blockers(task: TaskRow, blocked_by: Iterable[str | uuid.UUID], *, session: Session) -> None:
     """Records that `task` is blocked by each of `blocked_by` (ids of tasks of its team).
 
     Raises `TaskError` (one line) for a malformed, unknown, repeated or other team's id, a
@@ -126,7 +126,7 @@ def _path(session: Session, start: uuid.UUID, goal: uuid.UUID) -> list[uuid.UUID
     return list(reversed(chain))
 
 
-def blockers_of(session: Session, task_ids: Iterable[uuid.UUID]) -> dict[uuid.UUID, list[str]]:
+def blockers_of(task_ids: Iterable[uuid.UUID], *, session: Session) -> dict[uuid.UUID, list[str]]:
     """Each task's blocker ids (strings), in id order; tasks without blockers are left out."""
     ids = list(task_ids)
     found: dict[uuid.UUID, list[str]] = {}
@@ -142,7 +142,7 @@ def blockers_of(session: Session, task_ids: Iterable[uuid.UUID]) -> dict[uuid.UU
     return found
 
 
-def open_blockers(session: Session, task_id: uuid.UUID) -> list[tuple[uuid.UUID, str]]:
+def open_blockers(task_id: uuid.UUID, *, session: Session) -> list[tuple[uuid.UUID, str]]:
     """The blockers of `task_id` that have not completed: (id, status)."""
     rows = session.execute(
         sa.select(_tasks.c.id, _tasks.c.status)
@@ -168,7 +168,7 @@ def _not_done():
     )
 
 
-def claim_start(session: Session, task_id: uuid.UUID) -> bool:
+def claim_start(task_id: uuid.UUID, *, session: Session) -> bool:
     """Claims starting the run of `task_id` (pending, all blockers completed, not claimed
     before): a conditional UPDATE, so of several claimants exactly one gets True."""
     claimed = rowcount(
@@ -186,7 +186,7 @@ def claim_start(session: Session, task_id: uuid.UUID) -> bool:
     return claimed == 1
 
 
-def dependents(session: Session, task_id: uuid.UUID) -> list[uuid.UUID]:
+def dependents(task_id: uuid.UUID, *, session: Session) -> list[uuid.UUID]:
     """The tasks `task_id` blocks, in id order."""
     return list(
         session.execute(
@@ -197,7 +197,7 @@ def dependents(session: Session, task_id: uuid.UUID) -> list[uuid.UUID]:
     )
 
 
-def settle(session: Session, task_id: uuid.UUID, completed: bool) -> list[tuple[uuid.UUID, str]]:
+def settle(task_id: uuid.UUID, completed: bool, *, session: Session) -> list[tuple[uuid.UUID, str]]:
     """In the transaction that closes `task_id`: its dependents' fate.
 
     Completed: the dependents now ready, each claimed for starting exactly once (their
@@ -205,9 +205,9 @@ def settle(session: Session, task_id: uuid.UUID, completed: bool) -> list[tuple[
     dependents, and theirs, are archived with the reason; nothing is returned.
     """
     if not completed:
-        fail_dependents(session, task_id)
+        fail_dependents(task_id, session=session)
         return []
-    waiting = dependents(session, task_id)
+    waiting = dependents(task_id, session=session)
     if not waiting:
         return []
     # Lock the dependents before reading their blockers (see the module's docstring).
@@ -217,17 +217,17 @@ def settle(session: Session, task_id: uuid.UUID, completed: bool) -> list[tuple[
         .order_by(_tasks.c.id)
         .with_for_update()
     ).all()
-    return [(r.id, r.team) for r in rows if claim_start(session, r.id)]
+    return [(r.id, r.team) for r in rows if claim_start(r.id, session=session)]
 
 
-def fail_dependents(session: Session, task_id: uuid.UUID) -> list[uuid.UUID]:
+def fail_dependents(task_id: uuid.UUID, *, session: Session) -> list[uuid.UUID]:
     """Archives the pending tasks blocked by failed `task_id`, and theirs, transitively,
     each with the reason naming the blocker that failed. Returns their ids."""
     failed: list[uuid.UUID] = []
     frontier = [task_id]
     while frontier:
         blocker = frontier.pop(0)
-        for dependent in dependents(session, blocker):
+        for dependent in dependents(blocker, session=session):
             moved = rowcount(
                 session.execute(
                     sa.update(_tasks)
@@ -245,7 +245,7 @@ def fail_dependents(session: Session, task_id: uuid.UUID) -> list[uuid.UUID]:
     return failed
 
 
-def set_reason(session: Session, task_id: uuid.UUID, reason: str | None) -> None:
+def set_reason(task_id: uuid.UUID, reason: str | None, *, session: Session) -> None:
     """Records why the task is where it is (None: clears it)."""
     session.execute(
         sa.update(_tasks).where(_tasks.c.id == task_id).values(reason=reason, updated_at=utcnow())
@@ -255,12 +255,12 @@ def set_reason(session: Session, task_id: uuid.UUID, reason: str | None) -> None
 # --- tasks without assignees ------------------------------------------------------------------
 
 
-def idle_members(session: Session, team: str, usable: Callable[[dict], bool]) -> list[str]:
+def idle_members(team: str, usable: Callable[[dict], bool], *, session: Session) -> list[str]:
     """The team's members free to take a task: active, not the lead, runtime usable, not
     running a task and not assigned to a task in progress; in the team's order."""
     from models.task import TaskAssigneeRow
 
-    lead = get_team(session, team).lead
+    lead = get_team(team, session=session).lead
     members = session.execute(
         sa.select(col(Member.name), col(Member.runtime))
         .where(
@@ -291,7 +291,7 @@ def idle_members(session: Session, team: str, usable: Callable[[dict], bool]) ->
 
 
 def before_claim(
-    session: Session, task_id: uuid.UUID, usable: Callable[[dict], bool]
+    task_id: uuid.UUID, usable: Callable[[dict], bool], *, session: Session
 ) -> tuple[list[str], str | None]:
     """In the transaction of a run's claim: the task's assignees, and why it must stay
     pending (None: it may be claimed).
@@ -301,7 +301,7 @@ def before_claim(
     """
     from models.task import TaskAssigneeRow
 
-    blockers = open_blockers(session, task_id)
+    blockers = open_blockers(task_id, session=session)
     assignees = table_of(TaskAssigneeRow)
 
     def current() -> list[str]:
@@ -321,7 +321,7 @@ def before_claim(
     names = current()
     if names or row is None or row.status != TaskState.PENDING.value:
         return names, None
-    free = idle_members(session, row.team, usable)
+    free = idle_members(row.team, usable, session=session)
     if not free:
         return [], NO_IDLE_MEMBER
     session.execute(sa.insert(assignees).values(task_id=task_id, assignee_id=free[0], position=0))

@@ -195,7 +195,7 @@ def a_decider(req: Request) -> str | None:
     if refused:
         return refused
     assert req.team is not None, "as_itself allowed it: the member acts in its own team"
-    config = ApprovalSettings.of(get_team(req.session, req.team))
+    config = ApprovalSettings.of(get_team(req.team, session=req.session))
     if req.principal.name not in config.deciders:
         return "it is not an approver of the team (teamflow team settings TEAM --approvers)"
     return None
@@ -316,7 +316,7 @@ def issue_token(team: str, member: str, *, session: Session | None = None) -> st
     """
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with session_scope(session) as s:
-        get_member(s, team, member, active=True)
+        get_member(team, member, active=True, session=s)
         s.add(MemberToken(token_hash=_digest(token), team=team, member=member))
         s.flush()
     return token
@@ -325,7 +325,7 @@ def issue_token(team: str, member: str, *, session: Session | None = None) -> st
 def revoke_tokens(team: str, member: str, *, session: Session | None = None) -> int:
     """Revokes every live token of `member`; returns how many there were."""
     with session_scope(session) as s:
-        get_member(s, team, member)
+        get_member(team, member, session=s)
         rows = list(
             s.exec(
                 select(MemberToken).where(
@@ -357,7 +357,7 @@ def principal_of_token(
                 f"the token of member {row.member} of team {row.team} was revoked; "
                 f"ask for a new one: teamflow member token {row.team} {row.member}"
             )
-        member = get_member(s, row.team, row.member)
+        member = get_member(row.team, row.member, session=s)
         if not member.is_active:
             raise Unauthorized(f"member {row.member} of team {row.team} is shut down")
         return Principal.member(row.team, row.member, door)

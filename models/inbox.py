@@ -41,10 +41,10 @@ from models.team import Member, get_member, get_team, list_members
 from models.wire_support import error_lines
 
 
-def create_inbox(session: Session, team: str, member: str) -> None:
+def create_inbox(team: str, member: str, *, session: Session) -> None:
     """Starts an empty inbox for a new member (its counter, and its file on commit)."""
     session.add(InboxCounter(team=team, member=member))
-    mark(session, "inbox", (team, member))
+    mark("inbox", (team, member), session=session)
 
 
 def send(
@@ -95,7 +95,7 @@ def send_many(
         counts: dict[str, int] = {}
         for item in messages:
             counts[item["to"]] = counts.get(item["to"], 0) + 1
-        after = {to: bump(s, team, to, appended=True, by=n) - n for to, n in counts.items()}
+        after = {to: bump(team, to, appended=True, by=n, session=s) - n for to, n in counts.items()}
         rows = []
         for i, item in enumerate(messages):
             after[item["to"]] += 1
@@ -168,7 +168,7 @@ def send_payload(
     return send(team, **message, session=session)
 
 
-def send_system_init(session: Session, team: str, member: str, prompt: str) -> InboxRow:
+def send_system_init(team: str, member: str, prompt: str, *, session: Session) -> InboxRow:
     """`004` initial system message: the member's prompt, from `system`."""
     return _deliver(
         session, team, member, "system", "system", prompt, "Initial system prompt",
@@ -187,8 +187,8 @@ def messages(
 ) -> list[InboxRow]:
     """A member's messages, oldest first; `mark_read` marks the ones returned as read."""
     with session_scope(session) as s:
-        get_team(s, team)
-        get_member(s, team, member)
+        get_team(team, session=s)
+        get_member(team, member, session=s)
         query = select(InboxRow).where(InboxRow.team == team, InboxRow.recipient == member)
         if unread:
             query = query.where(InboxRow.read == sa.false())
@@ -196,11 +196,11 @@ def messages(
             query = query.where(InboxRow.sender == sender)
         rows = list(s.exec(query.order_by(col(InboxRow.seq))))
         if mark_read:
-            set_read(s, team, member, [r.message_id for r in rows if not r.read])
+            set_read(team, member, [r.message_id for r in rows if not r.read], session=s)
         return rows
 
 
-def unread_counts(session: Session, team: str) -> dict[str, int]:
+def unread_counts(team: str, *, session: Session) -> dict[str, int]:
     """Unread messages per member of `team` (members with none are left out)."""
     query = (
         select(InboxRow.recipient, sa.func.count())
@@ -224,7 +224,7 @@ def mark_read(
 ) -> int:
     """Marks the given messages (default: all) read; returns how many changed."""
     with session_scope(session) as s:
-        get_member(s, team, member)
+        get_member(team, member, session=s)
         if message_ids is not None:
             known = set(
                 s.exec(
@@ -238,7 +238,7 @@ def mark_read(
             missing = [m for m in message_ids if m not in known]
             if missing:
                 raise InboxError(f"{member!r} has no message {missing[0]!r}")
-        return set_read(s, team, member, message_ids)
+        return set_read(team, member, message_ids, session=s)
 
 
 def _check_route(session: Session, team: str, to: str, sender: str) -> str:
@@ -250,13 +250,15 @@ def _check_route(session: Session, team: str, to: str, sender: str) -> str:
     check_member_name(sender)
     rows = {
         m.name: m
-        for m in execute(session, _statement("route"), {"team": team, "to": to, "sender": sender})
+        for m in execute(
+            _statement("route"), {"team": team, "to": to, "sender": sender}, session=session
+        )
     }
     recipient = rows.get(to)
     if recipient is None or not recipient.is_active:
-        get_team(session, team)
+        get_team(team, session=session)
         try:
-            get_member(session, team, to, active=True)
+            get_member(team, to, active=True, session=session)
         except ValueError as exc:
             raise InboxError(f"cannot deliver: {exc}") from None
     if sender == "system":
@@ -282,7 +284,7 @@ def _sender_color(session: Session, team: str, sender: str) -> str:
     if sender == "system":
         return MessageColor.SYSTEM.value
     try:
-        member = get_member(session, team, sender)
+        member = get_member(team, sender, session=session)
     except ValueError as exc:
         raise InboxError(f"unknown sender: {exc}") from None
     _check_sender_active(member, team)
@@ -326,10 +328,14 @@ def _deliver(
         raise InboxError("; ".join(error_lines(exc))) from None
     values = entry_values(team, recipient, validated, payload)
     values["fields_set"] = None
-    values["seq"] = seq if seq is not None else bump(session, team, recipient, appended=True)
+    values["seq"] = (
+        seq if seq is not None else bump(team, recipient, appended=True, session=session)
+    )
     # A Core insert, not `session.add`: the unit of work costs a send more than the insert.
-    execute(session, _statement("insert"), {COLUMNS.get(k, k): v for k, v in values.items()})
-    mark(session, "inbox", (team, recipient))
+    execute(
+        _statement("insert"), {COLUMNS.get(k, k): v for k, v in values.items()}, session=session
+    )
+    mark("inbox", (team, recipient), session=session)
     return InboxRow(**values)
 
 

@@ -328,12 +328,12 @@ def take_in(team: str, member: str, entries: list[InboxMessage]) -> tuple[int, i
                 continue
             row = InboxRow.from_entry(team, member, entry)
             row.fields_set = None  # written back with its (possibly new) messageId
-            row.seq = bump(s, team, member, appended=True)
+            row.seq = bump(team, member, appended=True, session=s)
             s.add(row)
             known[row.message_id] = row.read
             added += 1
         if to_mark:
-            marked = set_read(s, team, member, to_mark)
+            marked = set_read(team, member, to_mark, session=s)
         s.info.pop("teamflow_mirror", None)  # the caller holds the lock and writes the file
         s.info.pop("teamflow_mirror_versions", None)
     return added, marked

@@ -285,17 +285,17 @@ class ResultAttributes:
 # --- the counter and the read flags, in the caller's transaction -----------------------------
 
 
-def bump(session: Session, team: str, member: str, *, appended: bool, by: int = 1) -> int:
+def bump(team: str, member: str, *, session: Session, appended: bool, by: int = 1) -> int:
     """Advances the inbox counter by `by` (row-locked until commit); returns the new `seq`."""
     params = {"the_team": team, "the_member": member, "by": by}
-    result = execute(session, _counter_update(appended), params).first()
+    result = execute(_counter_update(appended), params, session=session).first()
     if result is None:
         raise InboxError(f"team {team!r} has no inbox for {member!r}")
-    mark(session, "inbox", (team, member), version=result[1])
+    mark("inbox", (team, member), version=result[1], session=session)
     return result[0]
 
 
-def execute(session: Session, statement: Any, params: dict[str, Any]) -> sa.CursorResult:
+def execute(statement: Any, params: dict[str, Any], *, session: Session) -> sa.CursorResult:
     """Runs a Core statement in the session's transaction, as `session.execute` would (the
     session's pending objects are flushed first) but without the ORM's execution machinery,
     which costs a send about as much as its statements do."""
@@ -304,7 +304,7 @@ def execute(session: Session, statement: Any, params: dict[str, Any]) -> sa.Curs
     return session.connection().execute(statement, params)
 
 
-def set_read(session: Session, team: str, member: str, message_ids: list[str] | None) -> int:
+def set_read(team: str, member: str, message_ids: list[str] | None, *, session: Session) -> int:
     """Marks the member's unread messages (those of `message_ids`, None: all) read, unchecked;
     returns how many changed."""
     query = sa.update(InboxRow).where(
@@ -318,8 +318,8 @@ def set_read(session: Session, team: str, member: str, message_ids: list[str] | 
         query = query.where(col(InboxRow.message_id).in_(message_ids))
     changed = rowcount(session.exec(query.values(read=True)))
     if changed:
-        bump(session, team, member, appended=False)
-        mark(session, "inbox", (team, member))
+        bump(team, member, appended=False, session=session)
+        mark("inbox", (team, member), session=session)
     return changed
 
 

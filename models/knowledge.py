@@ -259,7 +259,7 @@ def add_resource(
 ) -> ResourceDefinition:
     """Stores `definition`, replacing a stored resource with the same `resource_id`."""
     with session_scope(session) as s:
-        replace_row(s, ResourceRow.from_wire(definition), definition.resource_id)
+        replace_row(ResourceRow.from_wire(definition), definition.resource_id, session=s)
         return definition
 
 
@@ -273,7 +273,7 @@ def list_resources(*, session: Session | None = None) -> list[ResourceDefinition
 def add_knowledge(entry: KnowledgeEntry, *, session: Session | None = None) -> KnowledgeEntry:
     """Stores `entry`, replacing a stored entry with the same `knowledge_id`."""
     with session_scope(session) as s:
-        replace_row(s, KnowledgeEntryRow.from_wire(entry), entry.knowledge_id)
+        replace_row(KnowledgeEntryRow.from_wire(entry), entry.knowledge_id, session=s)
         return entry
 
 

@@ -31,7 +31,7 @@ def create_team(
     check_team_name(name)
     check_member_name(lead)
     with session_scope(session) as s:
-        team = insert_team(s, name, description=description, lead=lead)
+        team = insert_team(name, description=description, lead=lead, session=s)
         add_member(
             name,
             lead,
@@ -40,7 +40,7 @@ def create_team(
             color=LEAD_COLOR.value,
             session=s,
         )
-        mark(s, "config", (name,))
+        mark("config", (name,), session=s)
         return team
 
 
@@ -63,7 +63,6 @@ def add_member(
     the lead also gets its system init message (its prompt)."""
     with session_scope(session) as s:
         member = insert_member(
-            s,
             team,
             name,
             model=model,
@@ -75,16 +74,17 @@ def add_member(
             plan_mode_required=plan_mode_required,
             runtime=runtime,
             prompt_template=prompt_template,
+            session=s,
         )
-        create_inbox(s, team, name)
-        if name != get_team(s, team).lead:
-            send_system_init(s, team, name, prompt)
+        create_inbox(team, name, session=s)
+        if name != get_team(team, session=s).lead:
+            send_system_init(team, name, prompt, session=s)
         return member
 
 
 def delete_team(name: str, *, session: Session | None = None) -> None:
     """Deletes a team: its rows in every table and its files."""
     with session_scope(session) as s:
-        get_team(s, name)
-        clear_rows(s, name)
-        mark(s, "deleted", (name,))
+        get_team(name, session=s)
+        clear_rows(name, session=s)
+        mark("deleted", (name,), session=s)

@@ -203,7 +203,7 @@ class MemoryVersionRow(SQLModel, table=True):
     version: str = SQLField(sa_column=sa.Column(sa.String(32), nullable=False))
 
 
-def memories_changed(session: Session, team: str) -> None:
+def memories_changed(team: str, *, session: Session) -> None:
     """Gives `team`'s memories a new version; call it in every transaction that adds, changes
     or deletes memories of `team` (their vectors, owner, scope or type)."""
     session.execute(
@@ -249,10 +249,10 @@ def pick_embedder(embedder: Embedder | Literal["env"] | None) -> Embedder | None
 def check_team_and_agent(s: Session, team: str, agent: str | None) -> str | None:
     """Checks the team (and agent, a member of it); the agent's `agent_id`, or None."""
     try:
-        get_team(s, team)
+        get_team(team, session=s)
         if agent is None:
             return None
-        get_member(s, team, agent)
+        get_member(team, agent, session=s)
     except ValueError as exc:
         raise MemoryStoreError(str(exc)) from None
     return agent_id(agent, team)
@@ -365,7 +365,7 @@ def add(
         row.team = team
         s.add(row)
         s.flush()
-        memories_changed(s, team)
+        memories_changed(team, session=s)
         return memory
 
 
@@ -418,7 +418,7 @@ def update(
                 setattr(row, name, value)
         s.flush()
         if changes.keys() & SEARCHED_BY_VECTOR:
-            memories_changed(s, team)
+            memories_changed(team, session=s)
         return row.to_wire()
 
 
@@ -446,7 +446,7 @@ def forget(
         for other in pointing:
             other.related_memories = [r for r in other.related_memories or [] if r != key]
         s.flush()
-        memories_changed(s, team)
+        memories_changed(team, session=s)
         return gone
 
 

@@ -230,7 +230,7 @@ def _recency(times: list[datetime | None], now: datetime) -> float:
     return 0.5 ** (age / RECENCY_HALF_LIFE.total_seconds())
 
 
-def pgvector_installed(session: Session | None = None) -> bool:
+def pgvector_installed(*, session: Session | None = None) -> bool:
     """Whether the database is PostgreSQL with the pgvector extension installed (reported by
     the benchmark; search is exact either way)."""
     with session_scope(session) as s:

@@ -294,7 +294,7 @@ def register(kind: str, writer: Any) -> None:
     _writers[kind] = writer
 
 
-def mark(session: Any, kind: str, key: tuple, version: int | None = None) -> None:
+def mark(kind: str, key: tuple, version: int | None = None, *, session: Any) -> None:
     """Asks for the `kind` files of `key` to be written once `session` commits.
 
     `version`: the version of the file's content this commit makes (a counter that grows

@@ -69,25 +69,26 @@ def apply_timeout(
     meanwhile is left alone (`NONE`).
     """
     with session_scope(session) as s:
-        request = load_plan(s, request_id)
+        request = load_plan(request_id, session=s)
         action = timeout_action(request, now)
         waited = _seconds(request.deadline - request.requested_at)
-        config = ApprovalSettings.of(get_team(s, request.team))
+        config = ApprovalSettings.of(get_team(request.team, session=s))
         try:
             if action is TimeoutAction.DENY:
                 status, cause = denial(
                     request, config, f"no decision within {waited}: denied by the timeout policy"
                 )
-                close_request(s, request, status, SYSTEM, None, cause)
+                close_request(request, status, SYSTEM, None, cause, session=s)
             elif action is TimeoutAction.APPROVE:
-                close_request(s, request, ApprovalStatus.APPROVED, SYSTEM, None,
-                       f"no decision within {waited}: approved by the timeout policy")  # fmt: skip
+                close_request(request, ApprovalStatus.APPROVED, SYSTEM, None,
+                       f"no decision within {waited}: approved by the timeout policy",
+                       session=s)  # fmt: skip
             elif action is TimeoutAction.DENY_AFTER_ESCALATION:
                 total = _seconds(request.hard_deadline - request.requested_at)
                 status, cause = denial(
                     request, config, f"no decision within {total}, escalated to the lead: denied"
                 )
-                close_request(s, request, status, SYSTEM, None, cause)
+                close_request(request, status, SYSTEM, None, cause, session=s)
             elif action is TimeoutAction.ESCALATE and not _escalate(s, request, waited):
                 return TimeoutAction.NONE
         except AlreadyDecided:
@@ -112,7 +113,7 @@ def _escalate(session: Session, request: PlanApproval, waited: str) -> bool:
     session.refresh(request)
     if not won:
         return False
-    lead = get_team(session, request.team).lead
+    lead = get_team(request.team, session=session).lead
     message = (
         f"Plan {request.request_id} of {request.member} ({request.summary}) has waited "
         f"{waited} for a decision. Decide with `teamflow plan approve|deny "

@@ -28,11 +28,11 @@ from models.team import Member, TeamError, get_member, get_team
 def team_state(team: str, *, session: Session | None = None) -> dict[str, Any]:
     """`004` "Export Team State" (team, created, active_members, total_members) + unread."""
     with session_scope(session) as s:
-        row = get_team(s, team)
+        row = get_team(team, session=s)
         members = list(
             s.exec(select(Member).where(col(Member.team) == team).order_by(col(Member.position)))
         )
-        unread = unread_counts(s, team)
+        unread = unread_counts(team, session=s)
         return {
             "team": row.name,
             "created": format_js_timestamp(row.created_at),
@@ -55,7 +55,7 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
         choices = ", ".join(s.value for s in AgentStateStatus)
         raise TeamError(f"status {status!r} is not one of {choices}") from None
     with session_scope(session) as s:
-        member = get_member(s, team, name)
+        member = get_member(team, name, session=s)
         if not member.is_active and status != AgentStateStatus.OFFLINE.value:
             raise TeamError(
                 f"member {name!r} of team {team!r} is shut down (inactive): "
@@ -72,7 +72,7 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
             before = state.status
         if state.team is None:
             state.team = team
-        change_agent_status(s, state, status, member=name, now=now)
+        change_agent_status(state, status, member=name, now=now, session=s)
         state.last_heartbeat = now
         state.updated_at = now
         s.add(state)
@@ -80,11 +80,11 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
         if before is None or _activity(before) != _activity(status):
             back = before == AgentStateStatus.OFFLINE.value
             tell_lead(
-                s,
                 team,
                 member,
                 status,
                 f"{name} is back ({status})" if back else f"{name} is {status}",
+                session=s,
             )
         return state
 
@@ -96,10 +96,10 @@ def _activity(status: str) -> AgentActivity:
         return AgentActivity.ERROR
 
 
-def tell_lead(session: Session, team: str, member: Member, status: str, message: str) -> None:
+def tell_lead(team: str, member: Member, status: str, message: str, *, session: Session) -> None:
     """Sends the team's lead a `001` status_update from `system` about `member` (not when
     the member is the lead, or the lead is shut down)."""
-    lead = get_team(session, team).lead
+    lead = get_team(team, session=session).lead
     if member.name == lead:
         return
     row = session.get(Member, (team, lead))

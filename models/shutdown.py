@@ -132,7 +132,7 @@ def request_shutdown(
             shutdown under way.
     """
     with session_scope(session) as s:
-        team_row = get_team(s, team)
+        team_row = get_team(team, session=s)
         if request_id is not None:
             existing = s.get(Shutdown, request_id)
             if existing is not None:
@@ -164,13 +164,13 @@ def request_shutdown(
 def check_shutdown(team: str, member: str, *, session: Session | None = None) -> None:
     """Raises the `ShutdownError` that `request_shutdown` would, without writing anything."""
     with session_scope(session) as s:
-        _checked_shutdown(s, get_team(s, team), member)
+        _checked_shutdown(s, get_team(team, session=s), member)
 
 
 def _checked_shutdown(session: Session, team_row: Any, member: str) -> None:
 
     team = team_row.name
-    get_member(session, team, member)
+    get_member(team, member, session=session)
     # Locks the member row on PostgreSQL (SQLite's BEGIN IMMEDIATE serialises anyway), so
     # two shutdowns of one member cannot both start.
     locked = session.exec(
@@ -335,7 +335,7 @@ def task_finished_since(
     task status left `running` after that time.
     """
     with session_scope(session) as s:
-        lead = get_team(s, team).lead
+        lead = get_team(team, session=s).lead
         notes = s.exec(
             select(InboxRow).where(
                 InboxRow.team == team,
@@ -430,7 +430,7 @@ def complete_shutdown(
         s.refresh(row)
         if not won:
             return row
-        member = get_member(s, row.team, row.member)
+        member = get_member(row.team, row.member, session=s)
         meta = dict(member.meta or {})
         meta.update(member_metrics(row.team, row.member, session=s))
         meta["shutdown_reason"] = (

@@ -31,13 +31,13 @@ from sqlmodel import Session, SQLModel
 metadata = SQLModel.metadata
 
 
-def clear_rows(session: Session, team: str) -> None:
+def clear_rows(team: str, *, session: Session) -> None:
     """Deletes every row of `team` (see `team_rows`), children first."""
-    for table, where in reversed(team_rows(session, team)):
+    for table, where in reversed(team_rows(team, session=session)):
         session.exec(sa.delete(table).where(where))
 
 
-def team_rows(session: Session, team: str) -> list[tuple[sa.Table, Any]]:
+def team_rows(team: str, *, session: Session) -> list[tuple[sa.Table, Any]]:
     """Every table holding rows of `team`, parents first, with the clause that selects them.
 
     A row belongs to a team by its `team` column, by an `agent_id` of the form

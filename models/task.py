@@ -298,11 +298,11 @@ def create_task(
 ) -> TaskRow:
     """Creates a pending task of `team` for active members `assignees` (names)."""
     with session_scope(session) as s:
-        get_team(s, team)
+        get_team(team, session=s)
         for name in assignees:
-            get_member(s, team, name, active=True)
+            get_member(team, name, active=True, session=s)
         if creator is not None:
-            get_member(s, team, creator)
+            get_member(team, creator, session=s)
         try:
             create = TaskCreate(
                 creator_id=creator, title=title, description=description,
@@ -342,7 +342,7 @@ def list_tasks(
 ) -> list[TaskRow]:
     """A team's tasks, oldest first, optionally only those in `status`."""
     with session_scope(session) as s:
-        get_team(s, team)
+        get_team(team, session=s)
         query = sa.select(TaskRow).where(col(TaskRow.team) == team)
         if status is not None:
             try:

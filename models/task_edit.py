@@ -77,7 +77,7 @@ class TaskUpdate:
 def find_task(team: str, task_id: str, *, session: Session | None = None) -> TaskRow:
     """Task `task_id` of `team`; `TaskError` when it is unknown or another team's."""
     with session_scope(session) as s:
-        get_team(s, team)
+        get_team(team, session=s)
         row = get_task(task_id, session=s)
         if row.team != team:
             raise TaskError(f"task {task_id} is not a task of team {team!r}")
@@ -128,9 +128,9 @@ def update_task(
             row.params = params
         if changes.owner is not None:
             result.owner_changed = _set_owner(s, row, changes.owner)
-        add_blockers(s, row, changes.add_blocked_by)
+        add_blockers(row, changes.add_blocked_by, session=s)
         for blocked in changes.add_blocks:
-            add_blockers(s, find_task(team, blocked, session=s), [row.id])
+            add_blockers(find_task(team, blocked, session=s), [row.id], session=s)
         row.updated_at = utcnow()
         s.add(row)
         s.flush()
@@ -144,7 +144,7 @@ def _set_owner(session: Session, row: TaskRow, owner: str) -> bool:
     """Makes `owner` (an active member; "" for nobody) the task's only assignee."""
     if owner:
         assert row.team is not None, "a task given owners belongs to a team"
-        get_member(session, row.team, owner, active=True)
+        get_member(row.team, owner, active=True, session=session)
     current = [a.assignee_id for a in row.assignees]
     if current == ([owner] if owner else []):
         return False
@@ -175,14 +175,14 @@ def _move(
     session.add(row)
     session.flush()
     if status is TaskUpdateStatus.DELETED:
-        set_reason(session, row.id, "deleted")
+        set_reason(row.id, "deleted", session=session)
     elif status is TaskUpdateStatus.FAILED:
-        set_reason(session, row.id, reason)
-        return settle(session, row.id, completed=False)
+        set_reason(row.id, reason, session=session)
+        return settle(row.id, completed=False, session=session)
     elif status is TaskUpdateStatus.COMPLETED:
         if reason:
-            set_reason(session, row.id, reason)
-        return settle(session, row.id, completed=True)
+            set_reason(row.id, reason, session=session)
+        return settle(row.id, completed=True, session=session)
     return []
 
 
@@ -209,7 +209,7 @@ def task_view(row: TaskRow, blocked_by: list[str] | None = None) -> dict[str, An
 def task_views(rows: list[TaskRow], *, session: Session | None = None) -> list[dict[str, Any]]:
     """`task_view` of each row, with its blockers."""
     with session_scope(session) as s:
-        blockers = blockers_of(s, [r.id for r in rows])
+        blockers = blockers_of([r.id for r in rows], session=s)
     return [task_view(r, [str(b) for b in blockers.get(r.id, [])]) for r in rows]
 
 

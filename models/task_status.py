@@ -185,7 +185,7 @@ def set_member_status(
     `response_time` (seconds) joins the running average.
     """
     with session_scope(session) as s:
-        agent = get_member(s, team, member).agent_id
+        agent = get_member(team, member, session=s).agent_id
         now = utcnow()
         # Locked for this transaction: runs of the member's tasks on other workers update
         # the same row, and no count may be lost (SQLite: BEGIN IMMEDIATE locks already).
@@ -223,7 +223,7 @@ def set_member_status(
             row.avg_response_time = round(previous + (response_time - previous) / done, 3)
         s.add(row)
         s.flush()
-        mark(s, "task_status", (team, member))
+        mark("task_status", (team, member), session=s)
         return row
 
 

@@ -224,7 +224,7 @@ LEAD_COLOR = Color.YELLOW  # 004: yellow is the coordinators' colour
 MEMBER_COLORS = list(Color)
 
 
-def get_team(session: Session, name: str) -> Team:
+def get_team(name: str, *, session: Session) -> Team:
     """The team called `name`; `TeamError` if there is none (or the name is malformed)."""
     check_team_name(name)
     team = session.get(Team, name)
@@ -233,7 +233,7 @@ def get_team(session: Session, name: str) -> Team:
     return team
 
 
-def get_member(session: Session, team: str, name: str, *, active: bool = False) -> Member:
+def get_member(team: str, name: str, *, session: Session, active: bool = False) -> Member:
     """A member of `team`; `TeamError` if unknown (or, with `active`, shut down)."""
     check_member_name(name)
     member = session.get(Member, (team, name))
@@ -253,14 +253,14 @@ def list_members(
     team: str, *, active: bool = False, session: Session | None = None
 ) -> list[Member]:
     with session_scope(session) as s:
-        get_team(s, team)
+        get_team(team, session=s)
         query = select(Member).where(Member.team == team)
         if active:
             query = query.where(Member.is_active == sa.true())
         return list(s.exec(query.order_by(col(Member.position))))
 
 
-def config_of(session: Session, team: Team) -> TeamConfig:
+def config_of(team: Team, *, session: Session) -> TeamConfig:
     """The team's `config.json`, from the database."""
     members = session.exec(
         select(Member).where(col(Member.team) == team.name).order_by(col(Member.position))
@@ -268,7 +268,7 @@ def config_of(session: Session, team: Team) -> TeamConfig:
     return team.to_wire(list(members))
 
 
-def insert_team(session: Session, name: str, *, description: str, lead: str) -> Team:
+def insert_team(name: str, *, session: Session, description: str, lead: str) -> Team:
     """The row of a new team, without members (`models.membership.create_team` adds its lead)."""
     check_team_name(name)
     check_member_name(lead)
@@ -285,10 +285,10 @@ def insert_team(session: Session, name: str, *, description: str, lead: str) -> 
 
 
 def insert_member(
-    session: Session,
     team: str,
     name: str,
     *,
+    session: Session,
     model: str,
     prompt: str,
     agent_type: str = AgentType.GENERAL_PURPOSE.value,
@@ -303,7 +303,7 @@ def insert_member(
     active. A prompt made from a template records where it came from, `prompt_template`, in
     the member's `metadata.promptTemplate` (as `update_member` does). Its inbox is
     `models.membership.add_member`'s business."""
-    team_row = get_team(session, team)
+    team_row = get_team(team, session=session)
     check_member_name(name)
     if session.get(Member, (team, name)) is not None:
         raise TeamError(f"team {team!r} has a member named {name!r} already")
@@ -334,18 +334,18 @@ def insert_member(
     session.add(member)
     session.flush()
     team_row.updated_at = utcnow()
-    mark(session, "config", (team,))
+    mark("config", (team,), session=session)
     return member
 
 
 def set_member(team: str, name: str, *, session: Session | None = None, **changes: Any) -> Member:
     """Changes fields of a member (e.g. `is_active`, `shutdown_at`, `meta`)."""
     with session_scope(session) as s:
-        member = get_member(s, team, name)
+        member = get_member(team, name, session=s)
         for key, value in changes.items():
             setattr(member, key, value)
         s.add(member)
-        mark(s, "config", (team,))
+        mark("config", (team,), session=s)
         return member
 
 
@@ -368,8 +368,8 @@ def update_member(
     anything is written; `TeamError` says what is wrong.
     """
     with session_scope(session) as s:
-        team_row = get_team(s, team)
-        member = get_member(s, team, name)
+        team_row = get_team(team, session=s)
+        member = get_member(team, name, session=s)
         data = member.to_wire().to_wire()
         if model is not None:
             data["model"] = model
@@ -389,7 +389,7 @@ def update_member(
             member.runtime = runtime
         s.add(member)
         team_row.updated_at = utcnow()
-        mark(s, "config", (team,))
+        mark("config", (team,), session=s)
         return member
 
 
@@ -425,7 +425,7 @@ def update_settings(team: str, changes: dict[str, Any], *, session: Session | No
     for key, value in changes.items():
         check_setting(key, value)  # finite and in range: NaN, inf, 1e300 never stored
     with session_scope(session) as s:
-        row = get_team(s, team)
+        row = get_team(team, session=s)
         merged = {**(row.settings or {}), **changes}
         merged = {k: v for k, v in merged.items() if v is not None}
         ApprovalSettings.of(SimpleNamespace(name=row.name, lead=row.lead, settings=merged))
@@ -437,7 +437,7 @@ def update_settings(team: str, changes: dict[str, Any], *, session: Session | No
 def settings_of(team: str, *, session: Session | None = None) -> ApprovalSettings:
     """The approval and shutdown settings of `team` (see `models.team_settings`)."""
     with session_scope(session) as s:
-        return ApprovalSettings.of(get_team(s, team))
+        return ApprovalSettings.of(get_team(team, session=s))
 
 
 def _validated_config(data: dict[str, Any]) -> TeamConfig:
@@ -463,7 +463,7 @@ def _write_config(team: str) -> None:
     with Session(db.engine()) as s:
         row = s.get(Team, team)
         if row is not None:
-            mirror.write_config(team, config_of(s, row).to_wire())
+            mirror.write_config(team, config_of(row, session=s).to_wire())
 
 
 def _remove_files(team: str) -> None:

@@ -257,7 +257,7 @@ def add_tool(definition: ToolDefinition, *, session: Session | None = None) -> T
     Adding the same file again is how a tool is updated, so adding is idempotent.
     """
     with session_scope(session) as s:
-        replace_row(s, ToolDefinitionRow.from_wire(definition), definition.tool_id)
+        replace_row(ToolDefinitionRow.from_wire(definition), definition.tool_id, session=s)
         return definition
 
 

@@ -264,9 +264,9 @@ def _offline(s: Session, team: Team, now: datetime) -> list[Condition]:
                     continue  # it has just beaten
                 if state.team is None:
                     state.team = team.name
-                change_agent_status(s, state, AgentStateStatus.OFFLINE.value,
-                                    member=member.name, now=now)  # fmt: skip
-                tell_lead(s, team.name, member, AgentStateStatus.OFFLINE.value, message)
+                change_agent_status(state, AgentStateStatus.OFFLINE.value,
+                                    member=member.name, now=now, session=s)  # fmt: skip
+                tell_lead(team.name, member, AgentStateStatus.OFFLINE.value, message, session=s)
         found.append(
             Condition(
                 f"offline:{team.name}:{member.name}",

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def configure(**settings: object) -> None:
     """Sets team settings of research-team (approvers, timeouts, ...)."""
     with session_scope() as s:
-        row = teams.get_team(s, TEAM)
+        row = teams.get_team(TEAM, session=s)
         row.settings = {**row.settings, **settings}
         s.add(row)
 

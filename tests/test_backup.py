@@ -701,7 +701,7 @@ def place(team: str = TEAM) -> dict[str, str]:
             task = create_task(team, title=title, session=s)
             project.place_task(task, "q4-launch", milestone, session=s)
             made[title] = str(task.id)
-        add_blockers(s, s.get(TaskRow, uuid.UUID(made["Clean"])), [made["Collect"]])
+        add_blockers(s.get(TaskRow, uuid.UUID(made["Clean"])), [made["Collect"]], session=s)
         s.commit()
     return made
 

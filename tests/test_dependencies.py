@@ -30,7 +30,7 @@ def usable(_runtime: dict) -> bool:
 def task(title: str, *, blocked_by: tuple = (), assignees: tuple = ("analyst-1",)) -> uuid.UUID:
     with session_scope() as s:
         row = create_task(TEAM, title=title, assignees=list(assignees), session=s)
-        deps.add_blockers(s, row, [str(b) for b in blocked_by])
+        deps.add_blockers(row, [str(b) for b in blocked_by], session=s)
         return row.id
 
 
@@ -38,7 +38,7 @@ def close(task_id: uuid.UUID, ok: bool) -> list[tuple[uuid.UUID, str]]:
     """What a team-task run's close does: the task completed or archived, dependents settled."""
     with session_scope() as s:
         move_task(task_id, to=TaskState.COMPLETED if ok else TaskState.ARCHIVED, session=s)
-        return deps.settle(s, task_id, ok)
+        return deps.settle(task_id, ok, session=s)
 
 
 def test_blockers_are_recorded_and_listed(home: Path) -> None:
@@ -46,8 +46,8 @@ def test_blockers_are_recorded_and_listed(home: Path) -> None:
     a, b = task("a"), task("b")
     c = task("c", blocked_by=(b, a))
     with session_scope() as s:
-        assert deps.blockers_of(s, [a, b, c]) == {c: sorted([str(a), str(b)])}
-        assert sorted(deps.open_blockers(s, c)) == sorted([(a, "pending"), (b, "pending")])
+        assert deps.blockers_of([a, b, c], session=s) == {c: sorted([str(a), str(b)])}
+        assert sorted(deps.open_blockers(c, session=s)) == sorted([(a, "pending"), (b, "pending")])
 
 
 @pytest.mark.parametrize(
@@ -87,11 +87,11 @@ def test_a_cycle_is_refused(home: Path) -> None:
     with session_scope() as s:
         row = get_task(a, session=s)
         with pytest.raises(TaskError, match=r"cycle: .* -> .* -> .* -> "):
-            deps.add_blockers(s, row, [str(c)])
+            deps.add_blockers(row, [str(c)], session=s)
     with session_scope() as s, pytest.raises(TaskError, match="cycle"):
-        deps.add_blockers(s, get_task(a, session=s), [str(a)])
+        deps.add_blockers(get_task(a, session=s), [str(a)], session=s)
     with session_scope() as s:
-        assert deps.blockers_of(s, [a]) == {}
+        assert deps.blockers_of([a], session=s) == {}
 
 
 def test_a_dependent_is_ready_only_when_all_its_blockers_completed(home: Path) -> None:
@@ -104,8 +104,8 @@ def test_a_dependent_is_ready_only_when_all_its_blockers_completed(home: Path) -
     assert close(b, ok=True) == [(c, TEAM)]
     # Claimed once: settling again (a retried close) starts nothing more.
     with session_scope() as s:
-        assert deps.settle(s, b, True) == []
-        assert deps.settle(s, a, True) == []
+        assert deps.settle(b, True, session=s) == []
+        assert deps.settle(a, True, session=s) == []
     assert get_task(c).start_claimed_at is not None
     assert get_task(c).status == "pending"  # its run moves it
 
@@ -133,7 +133,7 @@ def test_two_blockers_completing_at_once_start_the_dependent_exactly_once(
                     move_task(blocker, to=TaskState.COMPLETED, session=s)
                     if postgres:
                         barrier.wait()  # both completions written, neither committed
-                    started.append(deps.settle(s, blocker, True))
+                    started.append(deps.settle(blocker, True, session=s))
             except BaseException as exc:  # reported below
                 errors.append(exc)
 
@@ -157,7 +157,7 @@ def test_claiming_a_start_is_exactly_once_among_racing_claimants(home: Path) -> 
     def claim() -> None:
         barrier.wait()
         with session_scope() as s:
-            results.append(deps.claim_start(s, c))
+            results.append(deps.claim_start(c, session=s))
 
     threads = [threading.Thread(target=claim) for _ in range(4)]
     for t in threads:
@@ -187,7 +187,7 @@ def test_open_blockers_keep_a_task_pending_with_the_reason(home: Path) -> None:
     a = task("a")
     c = task("c", blocked_by=(a,))
     with session_scope() as s:
-        assignees, reason = deps.before_claim(s, c, usable)
+        assignees, reason = deps.before_claim(c, usable, session=s)
     assert assignees == ["analyst-1"]
     assert reason == f"blocked by task {a} (pending)"
 
@@ -198,16 +198,19 @@ def test_a_task_without_assignees_is_taken_by_one_idle_member(home: Path) -> Non
     second = task("second", assignees=())
     third = task("third", assignees=())
     with session_scope() as s:
-        assert deps.before_claim(s, first, usable) == (["analyst-1"], None)
+        assert deps.before_claim(first, usable, session=s) == (["analyst-1"], None)
         move_task(first, to=TaskState.IN_PROGRESS, session=s)
     with session_scope() as s:
-        assert deps.before_claim(s, second, usable) == (["analyst-2"], None)
+        assert deps.before_claim(second, usable, session=s) == (["analyst-2"], None)
         move_task(second, to=TaskState.IN_PROGRESS, session=s)
     with session_scope() as s:
         # The lead (coordinator) never takes one; both analysts are busy.
-        assert deps.before_claim(s, third, usable) == ([], deps.NO_IDLE_MEMBER)
+        assert deps.before_claim(third, usable, session=s) == ([], deps.NO_IDLE_MEMBER)
     with session_scope() as s:
-        assert deps.before_claim(s, third, lambda runtime: False) == ([], deps.NO_IDLE_MEMBER)
+        assert deps.before_claim(third, lambda runtime: False, session=s) == (
+            [],
+            deps.NO_IDLE_MEMBER,
+        )
     assert [a.assignee_id for a in get_task(first).assignees] == ["analyst-1"]
 
 
@@ -221,7 +224,7 @@ def test_two_runs_of_an_unassigned_task_assign_it_once(home: Path) -> None:
         def run(t=t, barrier=barrier, claims=claims) -> None:
             barrier.wait()
             with session_scope() as s:
-                names, reason = deps.before_claim(s, t, usable)
+                names, reason = deps.before_claim(t, usable, session=s)
                 moved = reason is None and move_task(
                     t, to=TaskState.IN_PROGRESS, only_from={TaskState.PENDING}, session=s
                 )

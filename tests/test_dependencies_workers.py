@@ -34,7 +34,7 @@ FAILS = [{"status": "EXECUTING", "thoughts": [], "actions": [], "stop": False, "
 def task(title: str, assignees: list[str], blocked_by: tuple = ()) -> str:
     with session_scope() as s:
         row = create_task(TEAM, title=title, assignees=assignees, session=s)
-        add_blockers(s, row, list(blocked_by))
+        add_blockers(row, list(blocked_by), session=s)
         return str(row.id)
 
 

@@ -670,7 +670,7 @@ def test_a_member_spawned_in_tmux_works_and_is_killed_in_its_pane(
     gate = task.create_task(TEAM, title="Bob's part", assignees=["bob"])
     left = task.create_task(TEAM, title="After bob's part", assignees=["alice"])
     with session_scope() as s:
-        add_blockers(s, task.get_task(left.id, session=s), [gate.id])
+        add_blockers(task.get_task(left.id, session=s), [gate.id], session=s)
 
     async def lead_checks_and_kills() -> tuple[dict, dict, dict]:
         async with stdio() as lead:

@@ -322,7 +322,7 @@ def test_full_text_tables_are_in_place(db_url: str) -> None:
         columns = {c["name"] for c in sa.inspect(engine).get_columns("memories")}
         assert "content_tsv" in columns
         with Session(engine) as s:
-            assert memory_search.pgvector_installed(s) in (True, False)
+            assert memory_search.pgvector_installed(session=s) in (True, False)
 
 
 # --- vectors as float32 bytes, and the cached matrix ---------------------------------------

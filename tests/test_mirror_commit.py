@@ -47,10 +47,10 @@ def test_a_writer_gets_the_connection_its_commit_used(
 ) -> None:
     with Session(one_connection) as s:
         s.execute(sa.text("SELECT 1"))
-        mirror.mark(s, "probe", ("a",))
+        mirror.mark("probe", ("a",), session=s)
         s.commit()
         assert written == [("a",)]  # written by the commit, not later
-        mirror.mark(s, "probe", ("b",))
+        mirror.mark("probe", ("b",), session=s)
         s.commit()
     assert written == [("a",), ("b",)]
 
@@ -61,14 +61,14 @@ def test_a_savepoint_waits_for_its_transaction_and_a_rollback_writes_nothing(
     with Session(one_connection) as s:
         s.execute(sa.text("SELECT 1"))
         with s.begin_nested():
-            mirror.mark(s, "probe", ("saved",))
+            mirror.mark("probe", ("saved",), session=s)
         assert written == []
         s.commit()
     assert written == [("saved",)]
 
     with Session(one_connection) as s:
         s.execute(sa.text("SELECT 1"))
-        mirror.mark(s, "probe", ("undone",))
+        mirror.mark("probe", ("undone",), session=s)
         s.rollback()
         s.execute(sa.text("SELECT 1"))
         s.commit()

@@ -289,7 +289,7 @@ def test_no_decision_in_time_applies_the_policy(
 ) -> None:
     research_team()
     with session_scope() as s:
-        row = teams.get_team(s, TEAM)
+        row = teams.get_team(TEAM, session=s)
         row.settings = {"plan_escalation_seconds": 1}
     run = start(f"plan-{policy}-1", timeout_s=1, policy=policy)
     outcome = run.result()

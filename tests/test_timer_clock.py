@@ -121,7 +121,7 @@ def test_a_timer_the_clock_cannot_deliver_is_left_to_its_run_and_the_others_go_o
     store.set_prefect_ids(broken, flow_run_id="run-2")
     fine = timer("fine")
     with db.session_scope() as s:  # analyst-2 left the team after its timer was set
-        s.delete(get_member(s, TEAM, "analyst-2"))
+        s.delete(get_member(TEAM, "analyst-2", session=s))
     with freeze_time(DUE), caplog.at_level(logging.WARNING, "teamflow.alerts"):
         assert fire_due_timers() == [fine]
         assert fire_due_timers() == []  # the broken one is not tried again at every tick

@@ -33,7 +33,7 @@ def scan(**kwargs) -> list[str]:
 
 def state_of(member: str) -> str:
     with session_scope() as s:
-        agent_id = teams.get_member(s, TEAM, member).agent_id
+        agent_id = teams.get_member(TEAM, member, session=s).agent_id
         return s.get(AgentStateRow, agent_id).status
 
 
@@ -170,7 +170,7 @@ def test_a_dead_shutdown_run_forces_the_shutdown_and_a_dead_plan_run_alarms(
     forced = get_shutdown(request.request_id)
     assert forced.status == "forced" and forced.completed_at is not None
     with session_scope() as s:
-        assert not teams.get_member(s, TEAM, "analyst-1").is_active
+        assert not teams.get_member(TEAM, "analyst-1", session=s).is_active
     assert get_request(plan.request_id).status == "pending"  # the team's timeout decides it
     assert watchdog.watched_runs() == [plan_run]
     assert scan(dead_runs=dead) == []

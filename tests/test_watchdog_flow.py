@@ -49,7 +49,7 @@ def status_updates(member: str = "coordinator") -> list[dict]:
 def silent_for(member: str, seconds: float) -> None:
     """The member's last heartbeat was `seconds` ago (as if it stopped beating then)."""
     with session_scope() as s:
-        agent_id = teams.get_member(s, TEAM, member).agent_id
+        agent_id = teams.get_member(TEAM, member, session=s).agent_id
         state = s.get(AgentStateRow, agent_id)
         state.last_heartbeat = utcnow() - timedelta(seconds=seconds)
         s.add(state)
@@ -57,7 +57,7 @@ def silent_for(member: str, seconds: float) -> None:
 
 def agent_state(member: str) -> AgentStateRow:
     with session_scope() as s:
-        return s.get(AgentStateRow, teams.get_member(s, TEAM, member).agent_id)
+        return s.get(AgentStateRow, teams.get_member(TEAM, member, session=s).agent_id)
 
 
 async def _crash(run_id) -> None:
@@ -152,7 +152,7 @@ def test_a_shutdown_whose_run_died_is_forced(prefect_api: str, db_url: str, home
     forced = get_shutdown(request.request_id)
     assert forced.status == "forced" and forced.completed_at is not None
     with session_scope() as s:
-        assert not teams.get_member(s, TEAM, "analyst-2").is_active
+        assert not teams.get_member(TEAM, "analyst-2", session=s).is_active
     assert "forced" in alarms_of()[0]["message"]
     assert run_watchdog()["alarms"] == []
 

@@ -28,7 +28,7 @@ def log(
     if color not in ("auto", "always", "never"):
         fail(f"--color {color!r} is not one of auto, always, never")
     with session_scope() as s:
-        member = get_member(s, team_name, name)
+        member = get_member(team_name, name, session=s)
         agent, member_color = member.agent_id, member.color
         found = conversations_of(session=s, agent_id=agent)
     if task_id is not None:

@@ -29,7 +29,7 @@ def _blockers(rows) -> dict:
     from models.dependencies import blockers_of
 
     with session_scope() as s:
-        return blockers_of(s, [r.id for r in rows])
+        return blockers_of([r.id for r in rows], session=s)
 
 
 def _refuse_unrunnable(team: str, names: list[str]) -> None:
@@ -126,7 +126,7 @@ def task_create(
             team_name, title=title, description=description, assignees=assignees or [],
             creator=creator, priority=priority, deadline=when, params=extra, session=s,
         )  # fmt: skip
-        add_blockers(s, row, blocked_by or [])
+        add_blockers(row, blocked_by or [], session=s)
         data = _task_json(row, [str(b) for b in blocked_by or []])
         if project is not None:
             from models.project import place_task
@@ -238,14 +238,18 @@ def _check_startable(row) -> None:
     from models.dependencies import idle_members, open_blockers, short
 
     with session_scope() as s:
-        blockers = open_blockers(s, row.id)
+        blockers = open_blockers(row.id, session=s)
         if blockers:
             named = ", ".join(f"{b} ({status})" for b, status in blockers)
             fail(
                 f"task {short(row.id)} is blocked by {named}; "
                 "it starts by itself when they complete"
             )
-        idle = row.assignees or row.status != "pending" or idle_members(s, row.team, runtime_usable)
+        idle = (
+            row.assignees
+            or row.status != "pending"
+            or idle_members(row.team, runtime_usable, session=s)
+        )
         if not idle:
             fail(
                 f"task {short(row.id)} has no assignee and team {row.team!r} has no idle "

@@ -52,7 +52,7 @@ def team_show(name: str, as_json: JsonFlag = False) -> None:
     from models.db import session_scope
 
     with session_scope() as s:
-        config = team.config_of(s, team.get_team(s, name)).to_wire()
+        config = team.config_of(team.get_team(name, session=s), session=s).to_wire()
     if as_json:
         emit(config)
         return
@@ -161,7 +161,7 @@ def team_settings(
         from models.db import session_scope
 
         with session_scope() as s:
-            stored = dict(team.get_team(s, name).settings or {})
+            stored = dict(team.get_team(name, session=s).settings or {})
     if as_json:
         emit(stored)
         return

@@ -244,8 +244,8 @@ def config_json(session: Any, team_name: str) -> dict[str, Any]:
     """The team's `004` config, without the members' prompts (they are each member's own)."""
     from models import team as teams
 
-    row = teams.get_team(session, team_name)
-    data = teams.config_of(session, row).to_wire()
+    row = teams.get_team(team_name, session=session)
+    data = teams.config_of(row, session=session).to_wire()
     data.setdefault("leadAgentId", f"{row.lead}@{row.name}")
     for member in data.get("members", []):
         member.pop("prompt", None)

@@ -119,7 +119,7 @@ def task_update(
 def _lead(team: str, session: Any) -> str:
     from models import team as teams
 
-    return teams.get_team(session, team).lead
+    return teams.get_team(team, session=session).lead
 
 
 def _start(task_id: str, team: str, *, owner_changed: bool) -> dict[str, Any] | None:
@@ -139,7 +139,7 @@ def _start(task_id: str, team: str, *, owner_changed: bool) -> dict[str, Any] | 
         info = _task_info(task_id, session=s)
         if not info["assignees"] or info["status"] != "pending":
             return None
-        if owner_changed and open_blockers(s, uuid.UUID(task_id)):
+        if owner_changed and open_blockers(uuid.UUID(task_id), session=s):
             return {"task_id": task_id, "note": "it starts when its blockers complete"}
         members = {m.name: m for m in teams.list_members(team, session=s)}
         runnable = all(

@@ -248,7 +248,7 @@ def _shutdown_response(
         request = shutdown.get_shutdown(request_id, session=s)
         if (request.team, request.member) != (team_name, me):
             raise ValueError(f"shutdown {request_id} was not asked of {me} in team {team_name}")
-        member = teams.get_member(s, team_name, me)
+        member = teams.get_member(team_name, me, session=s)
         payload: ShutdownApproved | ShutdownRejected
         if approve:
             payload = ShutdownApproved(
@@ -346,7 +346,7 @@ def _stop(team_name: str, agent_name: str, *, forced: bool) -> dict[str, Any]:
 
     row = _shutdown_of(team_name, agent_name, forced=forced)
     with session_scope() as s:
-        pane = teams.get_member(s, team_name, agent_name).tmux_pane_id
+        pane = teams.get_member(team_name, agent_name, session=s).tmux_pane_id
     closed = kill_pane(pane)
     freed = free_tasks(team_name, agent_name)
     return {
@@ -408,7 +408,7 @@ def check_teammate(
         authorize(who, Action.TEAM_READ, team_name)
         me = _me(who, team_name, "")
         with session_scope() as s:
-            member = teams.get_member(s, team_name, agent_name)
+            member = teams.get_member(team_name, agent_name, session=s)
             state = s.get(AgentStateRow, member.agent_id)
             tasks = [
                 str(t.id)
