@@ -569,6 +569,21 @@ def test_a_sales_file_without_a_needed_column_fails_naming_it(tmp_path: Path) ->
     assert "missing column(s) segment, units" in run.result.error_message
 
 
+def test_a_sales_row_with_a_bad_date_fails_naming_its_line(tmp_path: Path) -> None:
+    # analyze_sales' month_of: mypy found it could fall off its end (no return after fail).
+    sales = tmp_path / "sales.csv"
+    sales.write_text(
+        "date,region,segment,product,revenue,units\n"
+        "2025-10-01,North,SMB,X,10,1\n"
+        "soon,North,SMB,X,10,1\n"
+    )
+
+    run = run_tool(builtin("analyze_sales"), {"sales_path": str(sales)})
+
+    assert run.result.status is FAILURE
+    assert "line 3: date 'soon' is not YYYY-MM-DD" in run.result.error_message
+
+
 def test_a_missing_file_fails_saying_so(tmp_path: Path) -> None:
     run = run_tool(builtin("read_csv_summary"), {"path": str(tmp_path / "nope.csv")})
     assert run.result.status is FAILURE
