@@ -55,9 +55,6 @@ class RuntimeOptions:
     tools: list[str] | None = None
     all_tools: bool = False
 
-    def any_given(self) -> bool:
-        return self.kind is not None or bool(self._kind_options()) or self._tools_given()
-
     def _tools_given(self) -> bool:
         return self.tools is not None or self.all_tools
 
