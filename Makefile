@@ -20,14 +20,14 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest -n 3 --dist loadfile --durations=15
+	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
 # The inner loop: everything but the slow end-to-end tests (marker `system`).
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest -n 3 --dist loadfile -m "not system"
+	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder -m "not system"
 
 lint: $(STAMP)
 	$(BIN)/ruff check --fix .

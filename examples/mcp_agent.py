@@ -6,7 +6,7 @@
         --work-dir /tmp/alice
 
 It starts `teamflow mcp` itself (stdio, the token in its environment), or talks to a running
-one over HTTP with `--url http://127.0.0.1:4243/mcp` (the token as `Authorization: Bearer`).
+one over HTTP with `--url http://127.0.0.1:4310/mcp` (the token as `Authorization: Bearer`).
 Then it loops, as a real agent (Claude Code, OpenCode, ...) would with the same tools:
 
 1. `heartbeat`, then `read_inbox` (its own; anyone else's is refused);

@@ -4,8 +4,12 @@
 `start_plan_request`; `teamflow plan approve|deny` and MCP's `send_message(type=
 "plan_approval_response")` decide through `decide_plan`; `teamflow member shutdown` and
 MCP's `send_message(type="shutdown_request")` start the same shutdown-member run through
-`start_shutdown`. Each raises the store's one-line error (`ApprovalError`, `ShutdownError`)
-or `flows.runner.RunnerError` when no run can start; nothing is started when it refuses.
+`start_shutdown`; the member's answer (MCP's `send_message(type="shutdown_response")`) goes
+through `answer_shutdown`. Each takes the caller (`who`: the CLI passes the local user, MCP
+its session's principal) and asks `models.identity.authorize` first, so the rule of who may
+do it holds for every way in. Each raises `Forbidden`, the store's one-line error
+(`ApprovalError`, `ShutdownError`) or `flows.runner.RunnerError` when no run can start;
+nothing is started or written when it refuses.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from flows import runner
+from models.identity import Action, Principal, PrincipalKind, authorize
 
 
 @dataclass
@@ -31,15 +36,17 @@ def start_plan_request(
     plan: str,
     summary: str,
     *,
+    who: Principal,
     revises: str | None = None,
     timeout: float | None = None,
     policy: str | None = None,
 ) -> PlanRequestStarted:
-    """Checks that `member` may ask now, then starts its plan-approval run (needs a
-    Prefect server with a worker: `teamflow up`). The run records the request and puts
-    it in the lead's inbox."""
+    """Checks that `who` may ask for `member` (a member only for itself) and that `member`
+    may ask now, then starts its plan-approval run (needs a Prefect server with a worker:
+    `teamflow up`). The run records the request and puts it in the lead's inbox."""
     from models import approval
 
+    authorize(who, Action.PLAN_REQUEST, team, member)
     revision = approval.check_request(team, member, previous_request_id=revises, policy=policy)
     request_id = approval.new_plan_id()
     run = runner.start(
@@ -70,19 +77,35 @@ class PlanDecided:
 
 
 def decide_plan(
-    request_id: str, *, approve: bool, feedback: str | None = None, decider: str | None = None
+    request_id: str,
+    *,
+    who: Principal,
+    approve: bool,
+    feedback: str | None = None,
+    decider: str | None = None,
 ) -> PlanDecided:
     """Records the decision on a plan (once; only from the lead or an approver, never the
-    member itself) and resumes the run that waits for it. `decider` defaults to the lead."""
+    member itself) and resumes the run that waits for it. `decider` defaults to the lead
+    for the local user and a lead user, and to the caller itself for a member or an
+    approver user, who decides only as itself and only when it is the lead or a listed
+    approver. The record keeps how (`who.door`: cli, mcp, api, link) and who, as verified
+    (`who.identity`; the CLI's `--as` is recorded as declared, `local`)."""
     from models import approval
     from models import team as teams
 
     request = approval.get_request(request_id)
+    if not decider:
+        speaks_for_lead = who.is_local or who.kind is PrincipalKind.LEAD
+        decider = teams.settings_of(request.team).lead if speaks_for_lead else who.name
+    assert decider is not None  # a team has a lead; a member's principal has its name
+    authorize(who, Action.PLAN_DECIDE, request.team, decider)
     if request.flow_run_id and request.is_open:
         # Imported before deciding, so the resume follows the decision at once.
         import prefect.flow_runs  # noqa: F401
-    decider = decider or teams.settings_of(request.team).lead
-    row = approval.decide(request_id, approve=approve, decider=decider, feedback=feedback)
+    row = approval.decide(
+        request_id, approve=approve, decider=decider, feedback=feedback,
+        via=who.door.via, identity=who.identity,
+    )  # fmt: skip
     note = ""
     if row.flow_run_id:
         from flows.plan_approval import resume_with_decision
@@ -100,12 +123,19 @@ class ShutdownStarted:
 
 
 def start_shutdown(
-    team: str, member: str, *, reason: str | None = None, timeout: float | None = None
+    team: str,
+    member: str,
+    *,
+    who: Principal,
+    reason: str | None = None,
+    timeout: float | None = None,
 ) -> ShutdownStarted:
-    """Checks that `member` can be asked to shut down, then starts its shutdown-member run
-    (the handshake: the member answers, or the timeout forces it)."""
+    """Checks that `who` may ask (the local user: members do not) and that `member` can be
+    asked to shut down, then starts its shutdown-member run (the handshake: the member
+    answers, or the timeout forces it)."""
     from models import shutdown
 
+    authorize(who, Action.SHUTDOWN_REQUEST, team, member)
     shutdown.check_shutdown(team, member)
     request_id = shutdown.new_shutdown_id()
     run = runner.start(
@@ -121,3 +151,48 @@ def start_shutdown(
         flow_run_name=f"shutdown {member}@{team}",
     )
     return ShutdownStarted(request_id, run)
+
+
+def answer_shutdown(
+    team: str,
+    member: str,
+    request_id: str,
+    *,
+    who: Principal,
+    approve: bool,
+    reason: str | None = None,
+) -> Any:
+    """`member`'s answer to the shutdown request `request_id` (only its own, and a member
+    answers only as itself): a `shutdown_approved` or `shutdown_rejected` message to whoever
+    asked, which the waiting shutdown-member run reads. Returns the message sent."""
+    from models import inbox, shutdown
+    from models import team as teams
+    from models.base import utcnow
+    from models.db import session_scope
+    from models.inbox_message import ShutdownApproved, ShutdownRejected
+
+    authorize(who, Action.SHUTDOWN_ANSWER, team, member)
+    with session_scope() as s:
+        request = shutdown.get_shutdown(request_id, session=s)
+        if (request.team, request.member) != (team, member):
+            raise ValueError(f"shutdown {request_id} was not asked of {member} in team {team}")
+        row = teams.get_member(team, member, session=s)
+        payload: ShutdownApproved | ShutdownRejected
+        if approve:
+            payload = ShutdownApproved(
+                request_id=request_id,
+                backend_type=row.backend_type,
+                pane_id=row.tmux_pane_id,
+                timestamp=utcnow(),
+            )
+        else:
+            payload = ShutdownRejected(
+                request_id=request_id, reason=reason or "", timestamp=utcnow()
+            )
+        return inbox.send_payload(
+            team,
+            to=request.requested_by or teams.settings_of(team, session=s).lead,
+            sender=member,
+            payload=payload,
+            session=s,
+        )

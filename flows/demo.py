@@ -20,7 +20,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -245,9 +245,11 @@ class Lead(threading.Thread):
         self.interactive, self.echo, self.done = interactive, echo, threading.Event()
         self.decide = decide
         self.decided: set[str] = set()
+        self.ui: str | None = None  # the Prefect UI the runs go to (None: the user's)
 
     def run(self) -> None:
         from flows.plan_approval import resume_with_decision
+        from flows.runner import run_url
         from models import approval
 
         while not self.done.wait(0.1):
@@ -257,8 +259,13 @@ class Lead(threading.Thread):
                 self.decided.add(request.request_id)
                 self.echo(f"  plan {request.request_id} from {request.member}: {request.summary}")
                 if self.interactive:
+                    where = "the Prefect UI"
+                    if request.flow_run_id and self.ui:
+                        where = run_url(request.flow_run_id, self.ui)
+                    elif request.flow_run_id:  # a temporary server: its address is its own
+                        where = f"the Prefect UI (run {request.flow_run_id})"
                     self.echo(
-                        f"    approve it in the Prefect UI, or: teamflow plan approve "
+                        f"    approve it at {where}, or: teamflow plan approve "
                         f"{request.request_id} --feedback '...'"
                     )
                     continue
@@ -341,15 +348,17 @@ def run(
     task_id, _, _ = set_up(home, echo)
     echo("2/4 starting Prefect (the first start takes a few seconds)")
     echo(f"  Prefect: {server or 'a temporary local server, stopped at the end'}")
-    echo("3/4 the agents work on the task (team-task flow)")
-    lead = Lead(interactive, echo, decide)
-    lead.start()
-    try:
-        with _on(server):
-            result, follow_up, shutdowns = asyncio.run(_run(task_id, echo))
-    finally:
-        lead.done.set()
-        lead.join(timeout=5)
+    with _temporary_server(home, echo) if server is None else contextlib.nullcontext(server) as api:
+        echo("3/4 the agents work on the task (team-task flow)")
+        lead = Lead(interactive, echo, decide)
+        lead.ui = _ui(api)
+        lead.start()
+        try:
+            with _on(api):
+                result, follow_up, shutdowns = asyncio.run(_run(task_id, echo))
+        finally:
+            lead.done.set()
+            lead.join(timeout=5)
     echo("4/4 done")
     files = {
         name: sorted(
@@ -371,6 +380,20 @@ def run(
     return summary
 
 
+def failures(summary: dict[str, Any]) -> list[str]:
+    """What went wrong in a demo run, one clause per failed task (empty: all completed)."""
+    found = []
+    for key, title in (("task", "Q4 sales analysis"), ("follow_up", FOLLOW_UP)):
+        outcome = summary.get(key)
+        if outcome is None or outcome["status"] == "completed":
+            continue
+        why = "; ".join(
+            f"{name}: {o['error']}" for name, o in outcome["members"].items() if not o["ok"]
+        )
+        found.append(f"task {outcome['task_id']} ({title}) {outcome['status']}: {why or '?'}")
+    return found
+
+
 def _server() -> str | None:
     """The API of a Prefect server that answers (started by `teamflow up`), else None: a
     temporary server is started then. `PREFECT_API_URL` set (environment or profile) where
@@ -390,6 +413,35 @@ def _server() -> str | None:
                 "`teamflow up`, or unset PREFECT_API_URL to let the demo start a temporary one"
             ) from None
     return None
+
+
+@contextlib.contextmanager
+def _temporary_server(home: Path, echo: Callable[[str], None]) -> Iterator[str]:
+    """A Prefect server of the demo's own on a free local port, its database under `home`,
+    stopped at the end. Its start is awaited with progress, for `SERVER_START_TIMEOUT`
+    seconds (a busy machine is slow to start one); past that, one line says what to do."""
+    import socket
+
+    from flows import runner
+    from flows.up_processes import SERVER_START_TIMEOUT, UpError, start_server
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    api = f"http://127.0.0.1:{port}/api"
+    echo(f"  waiting for it for up to {SERVER_START_TIMEOUT:g} s")
+    try:
+        child = start_server(api, "127.0.0.1", home, lambda line: echo(f"  {line.strip()}"))
+    except UpError as exc:
+        raise runner.NoServer(
+            f"the demo's temporary Prefect server did not start: {exc}; start `teamflow up` "
+            "in another terminal and run the demo again with PREFECT_API_URL pointing at it"
+        ) from None
+    try:
+        yield api
+    finally:
+        if child is not None:
+            child.stop(grace=15)
 
 
 def _on(api: str | None) -> contextlib.AbstractContextManager[Any]:

@@ -71,6 +71,7 @@ def start_ready(ready: list[tuple[uuid.UUID, str]]) -> list[str]:
     from flows import runner
     from models.db import session_scope
     from models.task import get_task
+    from models.watchdog import task_run_key
 
     log = _logger()
     started = []
@@ -81,7 +82,8 @@ def start_ready(ready: list[tuple[uuid.UUID, str]]) -> list[str]:
             run = runner.start(
                 DEPLOYMENT,
                 {"task_id": str(task_id), "team": team},
-                idempotency_key=f"team-task-{task_id}",
+                # The key `teamflow task run` and MCP use: one run per attempt, whoever starts.
+                idempotency_key=task_run_key(task_id, task.attempt),
                 tags=[f"team:{team}"],
                 flow_run_name=runner.task_run_name(team, task.title, assignees),
                 require_worker=False,

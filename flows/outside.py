@@ -13,14 +13,19 @@ task freed) fails its part. The run stays Running while it waits, and looks at t
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
 from prefect import get_run_logger
+from prefect.input import RunInput
+from pydantic import Field
 
 from flows.steps import Work, alive, member_status, work_on
+from flows.waits import can_suspend, suspend_for_input
 from models.settings import get_settings
 
 KIND = "mcp"
@@ -37,6 +42,90 @@ async def member_work(info: dict[str, Any], name: str, max_steps: int) -> Work:
     if await anyio.to_thread.run_sync(_outside, info["team"], name):
         return await await_report(info, name)
     return await work_on(info, name, max_steps)
+
+
+def _adoptable(task_id: str, run_key: str | None) -> bool:
+    """Whether the run with idempotency key `run_key` is the task's own run (the one
+    `teamflow task run`, MCP or a blocker's completion started for its current attempt:
+    there is exactly one) and every assignee is an outside member."""
+    from models import team as teams
+    from models.db import session_scope
+    from models.task import get_task
+    from models.watchdog import task_run_key
+
+    with session_scope() as s:
+        row = get_task(task_id, session=s)
+        names = [a.assignee_id for a in row.assignees]
+        if not names or run_key != task_run_key(row.id, row.attempt):
+            return False
+        members = {m.name: m for m in teams.list_members(row.team or "", session=s)}
+        return all(n in members and is_outside(members[n].runtime) for n in names)
+
+
+async def adopt(info: dict[str, Any]) -> bool:
+    """Takes on a task this run did not claim because its outside member was quicker: it set
+    the task in_progress (or even reported it) before the run began. Only the task's own run
+    (its idempotency key, see `_adoptable`) adopts it, so a task has one run all the same.
+    A run resumed after it suspended while a step's tool calls waited (`flows.tool_gate`)
+    takes its task on again too (`info["held"]`)."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    if run is None or info["status"] == "pending":
+        return False
+    if await anyio.to_thread.run_sync(_held_by, info["id"], str(run.id)):
+        info["held"] = True  # it suspended while a step's tool calls waited: it goes on
+        return True
+    return await anyio.to_thread.run_sync(_adoptable, info["id"], run.idempotency_key)
+
+
+def _held_by(task_id: str, run_id: str) -> bool:
+    from models.tool_approval import held_by
+
+    return held_by(task_id, run_id)
+
+
+class ReportCheck(RunInput):
+    """The form of a team-task run suspended while its outside member works: resuming it
+    makes the run look at the task again (the member reports with MCP's task_update)."""
+
+    note: str = Field(
+        default="",
+        title="Note",
+        description="Why you resume the run; it ends only once the member has reported.",
+    )
+
+
+async def _suspensions(info: dict[str, Any]) -> tuple[float, int]:
+    """Whether and when this run suspends while it waits (seconds in process, 0: never),
+    and how many times it suspended before (a resumed run runs its flow from the start).
+
+    Only a deployed run (no subflow) of a task with one assignee suspends: its one wait is
+    the whole run, so running it again from the start redoes nothing."""
+    from prefect.client.orchestration import get_client
+    from prefect.context import FlowRunContext
+
+    if len(info["assignees"]) != 1 or not can_suspend():
+        return 0.0, 0
+    context = FlowRunContext.get()
+    assert context is not None and context.flow_run is not None  # can_suspend says so
+    async with get_client() as client:
+        saved = await client.filter_flow_run_input(
+            flow_run_id=context.flow_run.id,
+            # Prefect names a suspended state's input `suspended-{pause key}-schema`.
+            key_prefix=f"suspended-report-{info['id']}-",
+            limit=1000,
+            exclude_keys=set(),
+        )
+    waited = len({i.key.removesuffix("-schema") for i in saved if i.key.endswith("-schema")})
+    return get_settings().suspend_after_seconds, waited
+
+
+async def resumed(info: dict[str, Any]) -> bool:
+    """Whether this run suspended before while it waited for the task's report (or for
+    decisions on a step's tool calls: `adopt` said so)."""
+    return bool(info.get("held")) or (await _suspensions(info))[1] > 0
 
 
 def _outside(team: str, name: str) -> bool:
@@ -80,6 +169,7 @@ async def await_report(info: dict[str, Any], name: str) -> Work:
     await member_status(team, name, "running")
     logger.info("%s works on the task through MCP; waiting for its report", name)
     noted = False
+    suspends, waited = await _suspensions(info)
     while True:
         report = await anyio.to_thread.run_sync(_report, task_id, team, name)
         if report.status == "completed":
@@ -90,11 +180,18 @@ async def await_report(info: dict[str, Any], name: str) -> Work:
             break
         if not report.active or not report.assigned:
             why = "was shut down" if not report.active else "was taken off the task"
-            work.ok, work.error = False, f"{name} {why} before it reported"
+            freed = f" ({report.reason})" if (report.reason or "").startswith("freed") else ""
+            work.ok, work.error = False, f"{name} {why} before it reported{freed}"
             break
         if report.status == "in_progress" and not noted:
             logger.info("%s is on it", name)
             noted = True
+        if suspends and (waited or time.monotonic() - started >= suspends):
+            # Long enough in process: free the worker until the report resumes the run.
+            await suspend_for_input(
+                ReportCheck, key=f"report-{task_id}-{waited + 1}", what=f"{name}'s report"
+            )
+            waited += 1  # back here only if that wait had fired before: the next is new
         await anyio.sleep(check)
     work.steps = 1
     elapsed = time.monotonic() - started
@@ -112,3 +209,89 @@ async def await_report(info: dict[str, Any], name: str) -> Work:
         response_time=elapsed if work.ok else None,
     )
     return work
+
+
+# --- resuming suspended runs whose wait is over ---------------------------------------------
+
+
+def _waits_over(pairs: list[tuple[str, str]]) -> list[str]:
+    """Those of the (run id, task id) pairs whose task no longer waits for an outside
+    member's report: closed, freed, or a member of it stopped."""
+    from models import team as teams
+    from models.db import session_scope
+    from models.task import get_task
+
+    over = []
+    with session_scope() as s:
+        for run_id, task_id in pairs:
+            try:
+                row = get_task(task_id, session=s)
+            except ValueError:
+                over.append(run_id)  # the task is gone: the run ends saying so
+                continue
+            names = [a.assignee_id for a in row.assignees]
+            members = {m.name: m for m in teams.list_members(row.team or "", session=s)}
+            stopped = any(n not in members or not members[n].is_active for n in names)
+            if row.status != "in_progress" or not names or stopped:
+                over.append(run_id)
+    return over
+
+
+async def resume_reported_runs(
+    task_ids: Collection[str] | None = None, team: str | None = None
+) -> int:
+    """Resumes the suspended `team-task` runs (of `task_ids`, else all; of `team`, else of
+    every team) whose outside member reported or stopped; each finds why in teamflow's
+    database and ends. Returns how many were resumed."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowFilter,
+        FlowFilterName,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateName,
+        FlowRunFilterTags,
+    )
+
+    from flows import waits
+
+    wanted = set(task_ids) if task_ids is not None else None
+    if wanted is not None and not wanted:
+        return 0
+    runs: list[Any] = []
+    async with get_client() as client:
+        while True:
+            page = await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=["team-task"])),
+                flow_run_filter=FlowRunFilter(
+                    state=FlowRunFilterState(name=FlowRunFilterStateName(any_=["Suspended"])),
+                    tags=FlowRunFilterTags(all_=[f"team:{team}"]) if team else None,
+                ),
+                limit=waits.PAGE,
+                offset=len(runs),
+            )
+            runs += page
+            if len(page) < waits.PAGE:
+                break
+    pairs = [(str(r.id), str(r.parameters.get("task_id"))) for r in runs]
+    if wanted is not None:
+        pairs = [p for p in pairs if p[1] in wanted]
+    if not pairs:
+        return 0
+    over = await anyio.to_thread.run_sync(_waits_over, pairs)
+    return await waits.resume_suspended(over) if over else 0
+
+
+def resume_reported(task_ids: Collection[str] | None, team: str | None = None) -> int | None:
+    """`resume_reported_runs`, from code that is not async (MCP's tools, the CLI). None when
+    no Prefect server answers: teamflow's clock (`flows.timers`) resumes them later."""
+    from flows import runner
+
+    try:
+        with runner.connected() as api:
+            if runner.probe(api, timeout=1.0) != "prefect":
+                return None
+            return anyio.run(lambda: resume_reported_runs(task_ids, team))
+    except Exception as exc:  # the report is recorded; resuming is only sooner this way
+        logging.getLogger(__name__).warning("resuming runs of %s: %s", task_ids, exc)
+        return None

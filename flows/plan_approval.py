@@ -128,6 +128,14 @@ async def record_request(
     return row.request_id
 
 
+@task(name="notify-deciders", persist_result=True)
+async def notify_deciders(request_id: str) -> str:
+    """Posts the team's webhook a notice with each decider's approval link (if it has one)."""
+    from flows.plan_notice import notify_deciders as post
+
+    return await anyio.to_thread.run_sync(lambda: post(request_id))
+
+
 @task(name="apply-timeout-policy", persist_result=True)
 async def apply_timeout_policy(request_id: str, due: str) -> str:
     """No decision by `due`: the team's policy decides, or escalates to the lead."""
@@ -136,8 +144,18 @@ async def apply_timeout_policy(request_id: str, due: str) -> str:
 
 
 @task(name="record-decision", persist_result=True)
-async def record_decision(request_id: str, decision: dict[str, Any], wait: int) -> dict[str, Any]:
-    """Records the decision the `wait`-th wait got (once); says if refused or too late."""
+async def record_decision(
+    request_id: str, decision: dict[str, Any], wait: int, ui_allowed: bool = True
+) -> dict[str, Any]:
+    """Records the decision the `wait`-th wait got (once); says if refused or too late.
+
+    A decision by the CLI, the API or MCP is recorded before the run is resumed with it; one
+    that finds the request still open came from the Prefect UI's form, which a team with
+    `ui_decisions = deny` refuses."""
+    if not ui_allowed:
+        stored = await _load(request_id)
+        if stored.is_open:
+            return {"refused": UI_DENIED.format(request_id=request_id).replace("**", "")}
     try:
         row = await anyio.to_thread.run_sync(
             lambda: approval.decide(
@@ -145,6 +163,9 @@ async def record_decision(request_id: str, decision: dict[str, Any], wait: int) 
                 approve=decision["decision"] == APPROVE,
                 decider=decision["approver"],
                 feedback=decision.get("feedback") or None,
+                # The Prefect UI's form proves nobody: recorded as `ui`, unverified.
+                via="ui",
+                identity="unverified",
             )
         )
     except NotAllowed as exc:
@@ -196,6 +217,16 @@ async def send_response(request_id: str) -> str | None:
 # --- the flow ------------------------------------------------------------------------------
 
 
+UI_DENIED = (
+    "**This form may not decide:** the team decides plans only where the decider is proven "
+    "(`teamflow team settings TEAM --ui-decisions deny`). Decide with the REST API "
+    "(`POST /api/v1/plans/{request_id}/decision` with your token), over MCP, or with "
+    "`teamflow plan approve|deny {request_id}` and your token in TEAMFLOW_TOKEN."
+)
+"""What the form says, and a decision submitted through it is refused with, when the team
+does not let the Prefect UI decide."""
+
+
 def decision_form(request: PlanApproval, config: ApprovalSettings) -> type[PlanDecision]:
     """`PlanDecision` for this request: the approver preset to the team's lead, and the
     plan (Markdown) with who may decide in the description above the UI's form."""
@@ -210,7 +241,9 @@ def decision_form(request: PlanApproval, config: ApprovalSettings) -> type[PlanD
         "",
         "---",
         "**To decide:** choose *approve* or *deny* below; a denial needs feedback saying "
-        "what to change.",
+        "what to change."
+        if config.ui_decisions
+        else UI_DENIED.format(request_id=request.request_id),
         "",
         f"**Who may decide:** {', '.join(deciders)} (the approver field; it starts with "
         f"the lead, {config.lead}).",
@@ -308,6 +341,7 @@ async def plan_approval(
         previous_request_id, timeout_s, policy, run_id,
     )  # fmt: skip
     config = await anyio.to_thread.run_sync(lambda: teams.settings_of(team))
+    logger.info("%s", await notify_deciders(request_id))
 
     async def decided_elsewhere() -> bool:
         return not (await _load(request_id)).is_open
@@ -337,7 +371,9 @@ async def plan_approval(
                 decision.approver, refusal,
             )  # fmt: skip
             continue
-        outcome = await record_decision(request_id, decision.model_dump(mode="json"), wait)
+        outcome = await record_decision(
+            request_id, decision.model_dump(mode="json"), wait, config.ui_decisions
+        )
         if "refused" in outcome:
             logger.warning(
                 "Decision of %s refused: %s. Waiting again: resume the run with a new decision",
@@ -384,3 +420,15 @@ def resume_with_decision(run_id: str, approve: bool, feedback: str | None, decid
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return f"run {run_id} not resumed ({reason}); it finds the decision in the database"
     return ""
+
+
+def denial_note(team: str, lead: str, decision: dict[str, Any]) -> tuple[str, str]:
+    """The lead's feedback on a denied plan, as the member's conversation shows it."""
+    limit = teams.settings_of(team).max_revisions
+    feedback = decision.get("feedback") or decision.get("cause") or "no reason given"
+    text = (
+        f"Plan {decision['requestId']} (revision {decision['revision']} of at most {limit}) "
+        f"was denied: {feedback}\nRevise the plan and ask for approval again."
+    )
+    who = decision.get("decidedBy") or lead
+    return (lead if who == "system" else who), text

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from flows.up_processes import POOL, PROJECT_ROOT, UpError, child_env, last_error, log_path
+from models.retry import GaveUp, is_transient, retrying, transient_text
 from models.settings import get_settings
 
 CRASH_AUTOMATION = "teamflow: crash runs without heartbeats"
-BUSY_TRIES = 3
-"""How often `up` tries a step (deploy, automation, schedule) when the server answers 503."""
 """A run whose heartbeats stop for this long is marked Crashed (three missed heartbeats)."""
 EXPECTED_AFTER_A_HEARTBEAT = {
     f"prefect.flow-run.{name}"
@@ -64,7 +62,8 @@ def deploy(api: str, home: Path) -> list[str]:
             "(pip install -e .) so its deployments can be registered"
         )
     log = log_path(home, "deploy.log")
-    for attempt in range(1, BUSY_TRIES + 1):
+
+    def once() -> list[str]:
         with log.open("ab") as out:
             result = subprocess.run(
                 [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all",
@@ -72,19 +71,29 @@ def deploy(api: str, home: Path) -> list[str]:
                 cwd=PROJECT_ROOT, env=child_env(api), stdin=subprocess.DEVNULL,
                 stdout=out, stderr=subprocess.STDOUT, timeout=300, check=False,
             )  # fmt: skip
-        if result.returncode == 0:
-            return pool_deployments()
-        error = last_error(log)
-        # A busy server on SQLite answers 503 now and then (more so where the client's own
-        # retries are turned off); deploying again is harmless: it updates in place.
-        if "503" not in error or attempt == BUSY_TRIES:
-            raise UpError(f"`prefect deploy --all` failed: {error}; see {log}")
-        print(
-            f"`prefect deploy --all`: the server was busy (503); trying again ({attempt})",
-            flush=True,
+        if result.returncode != 0:
+            raise _DeployFailed(last_error(log))
+        return pool_deployments()
+
+    # A busy server on SQLite answers 503 now and then; deploying again is harmless: it
+    # updates in place. The subprocess's error is text: `transient_text` reads it.
+    try:
+        return retrying(
+            "`prefect deploy --all`",
+            once,
+            transient=lambda exc: (
+                (isinstance(exc, _DeployFailed) and transient_text(str(exc))) or is_transient(exc)
+            ),
+            on_retry=lambda line: print(line, flush=True),
         )
-        time.sleep(2 * attempt)
-    raise AssertionError("unreachable")
+    except GaveUp as exc:
+        raise UpError(f"{exc}; see {log}") from None
+    except _DeployFailed as exc:
+        raise UpError(f"`prefect deploy --all` failed: {exc}; see {log}") from None
+
+
+class _DeployFailed(RuntimeError):
+    """`prefect deploy` exited non-zero; the message is its last error line."""
 
 
 def pool_deployments(pool: str = POOL) -> list[str]:

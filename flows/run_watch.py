@@ -90,6 +90,13 @@ class Waiter:
         for kind, at in early:  # heard while the pause was being proposed
             self.tell(kind, at)
 
+    def rearm(self, since: datetime) -> None:
+        """Waits again, for a state at or after `since` (the run was paused again)."""
+        with self._lock:
+            self.kind = None
+            self.woken.clear()
+        self.arm(since)
+
     def tell(self, kind: str, at: datetime) -> None:
         """Called from the watch's thread."""
         with self._lock:
@@ -240,6 +247,12 @@ async def waiting(run_id: uuid.UUID | str) -> AsyncIterator[Waiter]:
             mine.discard(waiter)
             if not mine:
                 watch.waiters.pop(waiter.run_id, None)
+
+
+def waiting_runs() -> set[str]:
+    """The runs of this process that wait for input now (their wait handles their state)."""
+    with _LOCK:
+        return {str(run_id) for watch in _WATCHES.values() for run_id in watch.waiters}
 
 
 def watches() -> dict[str, Any]:

@@ -10,13 +10,16 @@ no server answers, the deployment does not exist, or no worker pulls from its po
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
-from uuid import UUID
+from uuid import UUID, uuid4
+
+from models.retry import GaveUp, retrying
 
 DEFAULT_API_URL = "http://127.0.0.1:4200/api"
 START_HINT = "start one with `teamflow up`"
@@ -90,6 +93,26 @@ def ui_url(api: str) -> str:
     return (os.environ.get("PREFECT_UI_URL") or api.removesuffix("/api")).rstrip("/")
 
 
+def user_ui_url() -> str:
+    """The Prefect UI address the user's settings point at (environment or profile), found
+    without importing Prefect: for commands that only print where to look."""
+    ui = user_setting("PREFECT_UI_URL")
+    return (ui or "").rstrip("/") or ui_url(user_setting("PREFECT_API_URL") or DEFAULT_API_URL)
+
+
+def run_url(run_id: str | UUID, ui: str | None = None) -> str:
+    """Where the Prefect UI shows a flow run."""
+    return f"{(ui or user_ui_url()).rstrip('/')}/runs/flow-run/{run_id}"
+
+
+def team_runs_url(team: str, ui: str | None = None) -> str:
+    """The Prefect UI's run list filtered by the team's tag (`team:{team}`): the team's task,
+    plan, shutdown and alert runs, without the watchdog's."""
+    from urllib.parse import urlencode
+
+    return f"{(ui or user_ui_url()).rstrip('/')}/runs?{urlencode({'tag': f'team:{team}'})}"
+
+
 @contextmanager
 def connected(api: str | None = None) -> Iterator[str]:
     """Prefect settings pointing at `api` (default: `api_url()`), so no ephemeral server starts.
@@ -136,8 +159,21 @@ def probe(api: str, timeout: float = 3.0) -> str:
 
 
 def check_server(api: str) -> None:
-    """Raises `NoServer` or `NotPrefect` unless a Prefect server answers at `api`."""
-    answer = probe(api)
+    """Raises `NoServer` or `NotPrefect` unless a Prefect server answers at `api`.
+
+    A busy server (a 5xx, no answer in time) is asked again for `TEAMFLOW_RETRY_SECONDS`;
+    nothing listening is said at once."""
+
+    def once() -> str:
+        answer = probe(api)
+        if answer.startswith("no answer") or _SERVER_ERROR.search(answer):
+            raise _Busy(answer)
+        return answer
+
+    try:
+        answer = retrying(f"asking the Prefect server at {api}", once, transient=_is_busy)
+    except GaveUp as exc:
+        raise NoServer(str(exc)) from None
     if answer == "none":
         raise NoServer(f"no Prefect server answers at {api}; {START_HINT}")
     if answer != "prefect":
@@ -145,6 +181,17 @@ def check_server(api: str) -> None:
             f"{_host_port(api)} is taken by something that is not a Prefect server "
             f"({answer}); stop it or point PREFECT_API_URL at another port"
         )
+
+
+_SERVER_ERROR = re.compile(r"answered 5\d\d$")
+
+
+class _Busy(RuntimeError):
+    """A server that answered its health check with a 5xx, or not in time."""
+
+
+def _is_busy(exc: BaseException) -> bool:
+    return isinstance(exc, _Busy)
 
 
 def start(
@@ -184,7 +231,10 @@ def start(
         )
     with connected() as api:
         check_server(api)
-        try:
+        # A key of its own, so a start tried again (its answer lost) makes no second run.
+        key = idempotency_key or f"teamflow-start-{uuid4()}"
+
+        def attempt() -> Any:
             with get_client(sync_client=True) as client:
                 try:
                     found = client.read_deployment_by_name(deployment)
@@ -211,21 +261,26 @@ def start(
                             f"{START_HINT} (or `teamflow worker` on any machine)"
                         )
                 # Given tags add to the deployment's (`teamflow`), as Prefect's UI does.
-                run = client.create_flow_run_from_deployment(
+                return client.create_flow_run_from_deployment(
                     found.id,
                     parameters=parameters or {},
                     state=Scheduled(scheduled_time=scheduled_time or datetime.now(UTC)),
                     name=flow_run_name,
                     tags=sorted(set(found.tags) | set(tags)) if tags else None,
-                    idempotency_key=idempotency_key,
+                    idempotency_key=key,
                 )
+
+        try:
+            run = retrying(f"starting a run of {deployment}", attempt)
+        except GaveUp as exc:
+            raise RunnerError(str(exc)) from None
         except PrefectHTTPStatusError as exc:
             raise RunnerError(_http_reason(exc, api)) from None
     return StartedRun(
         id=run.id,
         name=run.name,
         deployment=deployment,
-        url=f"{ui_url(api)}/runs/flow-run/{run.id}",
+        url=run_url(run.id, ui_url(api)),
     )
 
 
@@ -278,6 +333,22 @@ def start_task(task_id: str, *, require_worker: bool = True) -> StartedRun:
         tags=task_run_tags(task.team, assignees),
         flow_run_name=task_run_name(task.team, task.title, assignees),
         require_worker=require_worker,
+    )
+
+
+def start_resume(due: Any) -> StartedRun:
+    """Starts the run of a decided resume (a `models.task_lease.DueResume`): the task's
+    `team-task` run with the lease decided for it, at its time; one run per lease."""
+    from models.task_lease import resume_run_key
+
+    return start(
+        "team-task/team-task",
+        {"task_id": due.task_id, "team": due.team, "lease": due.lease},
+        idempotency_key=resume_run_key(due.task_id, due.attempt, due.lease),
+        tags=[*task_run_tags(due.team, due.assignees), "resume"],
+        scheduled_time=due.at,
+        flow_run_name=f"{task_run_name(due.team, due.title, due.assignees)} resume {due.resumes}",
+        require_worker=False,
     )
 
 

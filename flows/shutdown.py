@@ -118,6 +118,17 @@ async def complete(request_id: str, forced: bool, cause: str | None) -> dict[str
     return row.to_json()
 
 
+async def resume_freed(team: str) -> None:
+    """The suspended runs of the tasks the shutdown freed end now (not at the clock's next
+    look); Prefect away is no loss, the clock resumes them later."""
+    from flows.outside import resume_reported_runs
+
+    try:
+        await resume_reported_runs(team=team)
+    except Exception as exc:
+        get_run_logger().warning("Could not resume the runs of freed tasks yet: %s", exc)
+
+
 # --- waiting for the answer ----------------------------------------------------------------
 
 
@@ -208,6 +219,7 @@ async def shutdown_member(
             cause = f"no answer within {waited:g} s"
         logger.warning("Forcing the shutdown of %s: %s", member, cause)
     await close_pane(request_id)
-    result = await complete(request_id, forced, cause)
+    result = await complete(request_id, forced, cause)  # its open tasks freed, too
+    await resume_freed(team)
     logger.info("%s is shut down (%s)", member, result["status"])
     return result

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from pathlib import Path
 from models.settings import get_settings
 
 SESSION = "teamflow"
+PANE_KEY = "tmuxServer"
+"""The member's metadata key naming the machine and tmux socket of its pane."""
 COMMAND_ENV = "TEAMFLOW_AGENT_COMMAND"  # named in messages; read as settings.agent_command
 """The agent program `spawn_teammate` starts when the call names none."""
 
@@ -137,7 +140,11 @@ def spawn_member(team: str, name: str, *, command: str, cwd: str | None = None) 
         identity.revoke_tokens(team, name)
         raise SpawnError(f"tmux could not start {name}'s agent: {made.stderr.strip()}")
     pane = made.stdout.strip()
-    teams.set_member(team, name, tmux_pane_id=pane, backend_type="tmux")
+    with session_scope() as s:
+        meta = dict(teams.get_member(team, name, session=s).meta or {})
+        # Where the pane lives: a pane id means something only to its own tmux server.
+        meta[PANE_KEY] = {"host": socket.gethostname(), "socket": get_settings().tmux_socket}
+        teams.set_member(team, name, tmux_pane_id=pane, backend_type="tmux", meta=meta, session=s)
     return Spawned(agent_id, pane, config, argv)
 
 
@@ -188,3 +195,43 @@ def describe(spawned: Spawned) -> dict[str, object]:
         "mcp_config": str(spawned.mcp_config),
         "argv": spawned.argv,
     }
+
+
+def dead_panes() -> list[tuple[str, str, str]]:
+    """(team, member, pane) of each active member spawned in tmux on this machine whose pane
+    is gone: its program was killed or ended. Panes of other machines are not looked at."""
+    from sqlmodel import col, select
+
+    from models.db import session_scope
+    from models.team import Member
+
+    with session_scope() as s:
+        rows = s.exec(
+            select(Member).where(
+                col(Member.is_active),
+                Member.backend_type == "tmux",
+                col(Member.tmux_pane_id).is_not(None),
+            )
+        )
+        spawned = [
+            (m.team, m.name, m.tmux_pane_id or "", (m.meta or {}).get(PANE_KEY)) for m in rows
+        ]
+    here = socket.gethostname()
+    dead = []
+    for team, name, pane, where in spawned:
+        if not isinstance(where, dict) or where.get("host") != here:
+            continue
+        if _pane_state(pane, where.get("socket")) is False:
+            dead.append((team, name, pane))
+    return dead
+
+
+def _pane_state(pane: str, socket_name: str | None) -> bool | None:
+    """Whether the pane runs (None: tmux is not installed here). A tmux server that no longer
+    runs (its last pane was killed) has the pane no more either."""
+    try:
+        found = _run([*tmux(socket_name or ""), "display-message", "-p", "-t", pane,
+                      "#{pane_dead}"])  # fmt: skip
+    except SpawnError:
+        return None
+    return found.returncode == 0 and found.stdout.strip() == "0"

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -26,7 +25,9 @@ from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.utilities.annotations import quote
 
-from flows.memory_actions import RECALL, REMEMBER, memory_action
+from flows import tool_gate
+from flows.actions import execute, restart_orphans
+from flows.durable import Journal, snapshot
 from flows.runtimes import (
     ResultPending,
     StepError,
@@ -36,42 +37,20 @@ from flows.runtimes import (
     tool_result_message,
 )
 from flows.runtimes.kinds import runtime_for
-from flows.scope import READ_KNOWLEDGE, StepScope, read_knowledge, step_scope
-from flows.tool_action import async_action, run_tool
+from flows.scope import step_scope
+from flows.work import Work
 from models import inbox, presence
+from models import journal as records
 from models import team as teams
 from models.base import utcnow
 from models.chimera_response import ChimeraResponse
 from models.conversation import ConversationMessage, append_message, load_conversation
 from models.db import session_scope
-from models.task_status import ExecutionStatus, append_output, member_files, set_member_status
+from models.task_status import ExecutionStatus, append_output, set_member_status
 from models.tool import ToolResult
 
 RESULT_WAIT_S = 0.2  # how often a step waiting for an ASYNC result looks at the inbox
 HEARTBEAT_S = 10.0  # how often a working member's agent_state.last_heartbeat is renewed
-
-
-@dataclass
-class Work:
-    """What one member's execution of the task did."""
-
-    member: str
-    ok: bool = True
-    error: str | None = None
-    steps: int = 0
-    tokens: int = 0
-    tool_calls: int = 0
-    tool_failures: int = 0
-    approval_wait_s: float = 0.0
-    response: str | None = None
-    plan_approved: bool = False
-    denied_request: str | None = None
-    feedback_id: str | None = None
-    failed_step: int | None = None
-    notes: list[tuple[str, str]] = field(default_factory=list)  # (userid, text) to record
-    pending: set[asyncio.Task] = field(default_factory=set)
-    started_at: Any = None
-    ended_at: Any = None
 
 
 async def alive(team: str, member: str, status: str) -> None:
@@ -214,19 +193,26 @@ def _append_all(session: Any, agent_id: str, conversation: str, makers: list[Any
     current = load_conversation(session=session, agent_id=agent_id, conversation_id=conversation)
     index, turn = _next(current)
     for make in makers:
-        message = make(index, turn)
+        made = make(index, turn)
+        message, columns = made if isinstance(made, tuple) else (made, {})
         append_message(
-            session=session, agent_id=agent_id, conversation_id=conversation, message=message
-        )
+            session=session, agent_id=agent_id, conversation_id=conversation, message=message,
+            **columns,
+        )  # fmt: skip
         index, turn = index + 1, message.turn
 
 
 def _before_step(
-    team: str, name: str, agent_id: str, conversation: str
+    team: str, name: str, agent_id: str, conversation: str, journal: Journal | None = None
 ) -> tuple[list[dict[str, Any]], list[ConversationMessage]]:
     """The member's unread inbox entries, marked read, and the conversation the step sees:
-    ASYNC results that arrived join it, so later steps still see them. One transaction."""
+    ASYNC results that arrived join it, so later steps still see them. One transaction,
+    refused (`Superseded`) when the run's lease on the task was taken."""
     with session_scope() as s:
+        if journal is not None and journal.durable:
+            from models.task_lease import hold
+
+            hold(journal.task_id, journal.lease, session=s)  # type: ignore[arg-type]  # durable
         rows = inbox.messages(team, name, unread=True, mark_read=True, session=s)
         arrived = [{**r.entry_dict(), "payload": r.payload} for r in rows]
         results = [
@@ -251,16 +237,30 @@ def _record_step(
     response: ChimeraResponse,
     results: list[ToolResult],
     notes: list[tuple[str, str]] | None = None,
+    journal: Journal | None = None,
+    work: Work | None = None,
 ) -> None:
     """Appends the step's response (a new turn), the results handed back to the agent, and
-    `notes`: user messages (`userid`, text), e.g. the lead's feedback on a denied plan."""
+    `notes`: user messages (`userid`, text), e.g. the lead's feedback on a denied plan.
+    With a `journal`, in the same transaction: where `work` stands after the step (the
+    lease checked first)."""
+    calls = [a.to_wire() for a in response.actions]
     with session_scope() as s:
+        if journal is not None and work is not None:
+            journal.write(work.steps, records.STEP, records.DONE, snapshot(work), session=s)
         _append_all(
             s,
             agent_id,
             conversation,
-            [lambda i, t: step_message(response, index=i, turn=t + 1)]
-            + [lambda i, t, r=result: tool_result_message(r, index=i, turn=t) for result in results]
+            # The seed's `messages.tool_calls` / `tool_results`: the step's actions, each result.
+            [lambda i, t: (step_message(response, index=i, turn=t + 1), {"tool_calls": calls})]
+            + [
+                lambda i, t, r=result: (
+                    tool_result_message(r, index=i, turn=t),
+                    {"tool_results": [r.to_wire()]},
+                )
+                for result in results
+            ]
             + [lambda i, t, n=note: _note_message(*n, index=i, turn=t) for note in notes or []],
         )
 
@@ -295,56 +295,75 @@ def _next(conversation: list[ConversationMessage]) -> tuple[int, int]:
 
 
 async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
-    """Runs one member's agent on the task until it stops, fails, or runs out of steps."""
+    """Runs one member's agent on the task until it stops, fails, or runs out of steps.
+
+    A resumed run goes on after the member's last completed step (`flows/durable.py`).
+    """
     logger = get_run_logger()
     team, work = info["team"], Work(member=name)
     member = await anyio.to_thread.run_sync(_begin, info, name)
+    journal = await anyio.to_thread.run_sync(Journal.load, info, name)
+    if journal.restore(work):
+        logger.info("%s resumes after its step %d", name, work.steps)
     runtime, lead = member.runtime, member.lead
     resources = runtime.get("resources")
     clearance = runtime.get("security_level")  # the highest level its steps may claim
     conversation_id = _conversation_id(info["id"])
-    started = time.monotonic()
+    started = work.clock = time.monotonic()
     task_brief = {k: info[k] for k in ("id", "title", "description", "params")}
     unread: list[dict[str, Any]] = []
     waited_after_last = False
     liveness = Liveness(team, name)
     keeper = asyncio.ensure_future(liveness.keep())
     try:
+        await restart_orphans(info, name, journal, work)
         while work.steps < max_steps:
             arrived, conversation = await anyio.to_thread.run_sync(
-                _before_step, team, name, member.agent_id, conversation_id
+                _before_step, team, name, member.agent_id, conversation_id, journal
             )
             unread += arrived
-            request = StepRequest(
-                team=team,
-                member=name,
-                agent_id=member.agent_id,
-                model=member.model,
-                prompt=member.prompt,
-                task=task_brief,
-                conversation=conversation,
-                tools=member.tools,
-                inbox=unread,
-            )
-            await liveness.now("thinking")
-            # quote: Prefect need not walk the conversation and tools looking for futures.
-            result = await agent_step(quote(runtime), quote(request), name, work.steps + 1)  # type: ignore[call-overload]  # Prefect unquotes
-            if isinstance(result, StepFailure):
-                work.failed_step = work.steps + 1
-                raise StepError(result.reason)
-            if result is None:
-                # A result it needs is due from an ASYNC action. Once none is running, the
-                # inbox is looked at one more time before the step counts as failed.
-                if not work.pending and waited_after_last:
-                    work.failed_step = work.steps + 1
-                    raise StepError(f"{name} waits for a result that no running action will send")
-                waited_after_last = not work.pending
-                await asyncio.sleep(RESULT_WAIT_S)
-                continue
+            number = work.steps + 1
+            step = journal.response(number)
+            if step is not None:
+                logger.info("%s step %d: its recorded response (not asked again)", name, number)
+            else:
+                request = StepRequest(
+                    team=team,
+                    member=name,
+                    agent_id=member.agent_id,
+                    model=member.model,
+                    prompt=member.prompt,
+                    task=task_brief,
+                    conversation=conversation,
+                    tools=member.tools,
+                    inbox=unread,
+                )
+                await liveness.now("thinking")
+                held = await tool_gate.held_step(info, name, work, request.steps_taken)  # resumed
+                # quote: Prefect need not walk the conversation and tools looking for futures.
+                result = held or await agent_step(quote(runtime), quote(request), name, number)  # type: ignore[call-overload]  # Prefect unquotes
+                if isinstance(result, StepFailure):
+                    work.failed_step = number
+                    raise StepError(result.reason)
+                if result is None:
+                    # A result it needs is due from an ASYNC action. Once none is running, the
+                    # inbox is looked at one more time before the step counts as failed.
+                    if not work.pending and waited_after_last:
+                        work.failed_step = number
+                        raise StepError(
+                            f"{name} waits for a result that no running action will send"
+                        )
+                    waited_after_last = not work.pending
+                    await asyncio.sleep(RESULT_WAIT_S)
+                    continue
+                step = result
+                recorded = {"response": step.response.to_wire(), "tokens": step.tokens}
+                await journal.record(number, records.RESPONSE, records.DONE, recorded)
             waited_after_last = False
             work.steps += 1
-            work.tokens += result.tokens
-            response = result.response
+            work.tokens += step.tokens
+            await tool_gate.spend(info, name, lead, work)  # over budget: waits, or raises
+            response = step.response
             if any(a.type == "tool" for a in response.actions):
                 await liveness.now("executing_tools")
             # A v2 `context` block limits what this step may use (flows/scope.py).
@@ -354,17 +373,18 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
                     partial(step_scope, resources=resources, clearance=clearance),
                     response.context,
                 )
-            response, stop, results = await _execute(
-                info, name, lead, response, work, member.plan_mode, resources, scope
+            response, stop, results = await execute(
+                info, name, lead, response, work, member.plan_mode, resources, scope, journal
             )
             notes, work.notes = work.notes, []
-            await anyio.to_thread.run_sync(
-                _record_step, member.agent_id, conversation_id, response, results, notes
-            )
-            logger.info("%s", step_line(name, work.steps, response))
-            unread = []
             if response.response:
                 work.response = response.response
+            await anyio.to_thread.run_sync(
+                partial(_record_step, journal=journal, work=work),
+                member.agent_id, conversation_id, response, results, notes,
+            )  # fmt: skip
+            logger.info("%s", step_line(name, work.steps, response))
+            unread = []
             if stop:
                 break
         else:
@@ -391,187 +411,3 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
         response_time=elapsed if work.ok else None,
     )
     return work
-
-
-async def _execute(
-    info: dict[str, Any],
-    name: str,
-    lead: str,
-    response: ChimeraResponse,
-    work: Work,
-    plan_mode: bool,
-    resources: list[dict] | None,
-    scope: StepScope | None = None,
-) -> tuple[ChimeraResponse, bool, list[ToolResult]]:
-    """Executes a step's actions; with a `context` block (`scope`), only on what it names.
-
-    Returns the response as recorded (ASYNC actions: `TASK_STARTED` with their task ids),
-    whether the agent is done, and the results to hand back to it (SYNC tools, internal).
-    """
-    team = info["team"]
-    stop = response.stop
-    results: list[ToolResult] = []
-    actions = []
-    started_async = False
-    for action in response.actions:
-        kind = action.type.value
-        if kind in ("tool", "script"):
-            if plan_mode and not work.plan_approved:
-                results.append(
-                    ToolResult.failure(action.action, "plan approval is required before tools run")
-                )
-                actions.append(action)
-                continue
-            if scope is not None:
-                refusal = await anyio.to_thread.run_sync(
-                    _scope_refusal, scope, action.action, dict(action.params), team, name
-                )
-                if refusal:
-                    results.append(ToolResult.failure(action.action, refusal))
-                    actions.append(action)
-                    continue
-                resources = scope.resources_in_force()
-            work.tool_calls += 1
-            if action.mode.value == "ASYNC":
-                task_id = action.task_id or str(uuid.uuid4())
-                runner = asyncio.create_task(
-                    async_action(
-                        team, name, action.action, dict(action.params), task_id,
-                        resources=resources, team_task_id=info["id"],
-                    )
-                )  # fmt: skip
-                work.pending.add(runner)
-                runner.add_done_callback(work.pending.discard)
-                runner.add_done_callback(lambda done: _count_failure(work, done))
-                actions.append(action.model_copy(update={"task_id": task_id}))
-                started_async = True
-                continue
-            outcome = await run_tool(action.action, dict(action.params), team, name, resources)
-            results.append(ToolResult.model_validate(outcome["result"]))
-            _count_failure(work, outcome["result"])
-            work.feedback_id = outcome["feedback_id"] or work.feedback_id
-            actions.append(action)
-            continue
-        actions.append(action)
-        if action.action == READ_KNOWLEDGE:
-            params = dict(action.params)
-            results.append(await anyio.to_thread.run_sync(read_knowledge, params, scope))
-            continue
-        if action.action in (REMEMBER, RECALL):
-            relics = list(scope.context.knowledge_relics) if scope is not None else None
-            run = partial(memory_action, team, name, action.action, dict(action.params), relics)
-            results.append(await anyio.to_thread.run_sync(run))
-            continue
-        stop = (
-            await _internal(info, name, lead, action.action, dict(action.params), work, results)
-            or stop
-        )
-    update: dict[str, Any] = {"actions": actions}
-    if started_async:
-        update["status"] = "TASK_STARTED"
-    recorded = ChimeraResponse.model_validate({**response.to_wire(), **_wire(update)})
-    return recorded, stop, results
-
-
-def _count_failure(work: Work, result: dict[str, Any] | asyncio.Task) -> None:
-    """Counts a tool call that failed (its result, or the task that ran it) in `work`."""
-    if isinstance(result, asyncio.Task):
-        failed = result.cancelled() or result.exception() is not None
-        result = {} if failed else result.result()
-    else:
-        failed = False
-    if failed or result.get("status") != "SUCCESS":
-        work.tool_failures += 1
-
-
-def _scope_refusal(
-    scope: StepScope, tool_id: str, params: dict[str, Any], team: str, member: str
-) -> str | None:
-    """Why the step's context refuses running `tool_id` with `params` (None: it may run)."""
-    from models.tool import get_tool
-
-    try:
-        definition = get_tool(tool_id)
-    except ValueError:
-        return None  # run_tool reports the unknown tool
-    refusals = scope.tool_refusals(definition, params, cwd=member_files(team, member))
-    return f"tool {tool_id} refused: {'; '.join(refusals)}" if refusals else None
-
-
-def _wire(update: dict[str, Any]) -> dict[str, Any]:
-    out = dict(update)
-    if "actions" in out:
-        out["actions"] = [a.to_wire() for a in out["actions"]]
-    return out
-
-
-async def _internal(
-    info: dict[str, Any],
-    name: str,
-    lead: str,
-    action: str,
-    params: dict[str, Any],
-    work: Work,
-    results: list[ToolResult],
-) -> bool:
-    """Runs an `internal` action; True if it ends the member's work."""
-    team = info["team"]
-    if action in ("finish", "finishRequest"):
-        return True
-    if action in ("send_message", "postMessage"):
-        to = params.get("to", lead)
-        text = str(params.get("text", ""))
-        row = await anyio.to_thread.run_sync(
-            lambda: inbox.send(team, to=to, sender=name, text=text, summary=params.get("summary"))
-        )
-        results.append(ToolResult.success(action, {"messageId": row.message_id}))
-        return False
-    if action == "request_plan_approval":
-        from flows.plan_approval import plan_approval
-
-        asked = time.monotonic()
-        decision = await plan_approval(
-            team=team,
-            member=name,
-            plan=str(params.get("plan", "")),
-            summary=str(params.get("summary", info["title"])),
-            # Asking again after a denial is a revision of it: the team's limit counts.
-            previous_request_id=work.denied_request,
-        )
-        work.approval_wait_s += time.monotonic() - asked
-        work.plan_approved = bool(decision.get("approve"))
-        work.denied_request = decision["requestId"] if decision["status"] == "denied" else None
-        if decision["status"] == "rejected":
-            raise StepError(f"plan {decision['requestId']} was rejected: {decision['cause']}")
-        results.append(ToolResult.success(action, decision))
-        if decision["status"] == "denied":
-            work.notes.append(await anyio.to_thread.run_sync(_denial_note, team, lead, decision))
-        return False
-    if action == "create_task":
-        from models.task import create_task
-
-        created = await anyio.to_thread.run_sync(
-            lambda: create_task(
-                team,
-                title=str(params.get("title", "")),
-                description=params.get("description"),
-                assignees=list(params.get("assignees", [])),
-                creator=name,
-            )
-        )
-        results.append(ToolResult.success(action, {"task_id": str(created.id)}))
-        return False
-    results.append(ToolResult.failure(action, f"unknown internal action {action!r}"))
-    return False
-
-
-def _denial_note(team: str, lead: str, decision: dict[str, Any]) -> tuple[str, str]:
-    """The lead's feedback on a denied plan, as the member's conversation shows it."""
-    limit = teams.settings_of(team).max_revisions
-    feedback = decision.get("feedback") or decision.get("cause") or "no reason given"
-    text = (
-        f"Plan {decision['requestId']} (revision {decision['revision']} of at most {limit}) "
-        f"was denied: {feedback}\nRevise the plan and ask for approval again."
-    )
-    who = decision.get("decidedBy") or lead
-    return (lead if who == "system" else who), text

@@ -40,17 +40,19 @@ import anyio
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
 from prefect.client.schemas.objects import State
-from prefect.states import Failed
+from prefect.states import Cancelled, Failed
 
 from flows import dependencies
-from flows.outside import member_work
+from flows.outside import adopt, member_work, resumed
 from flows.runner import task_run_tags
 from flows.steps import Work
 from models import inbox
 from models import team as teams
 from models.base import utcnow
 from models.db import session_scope
+from models.dependencies import set_reason
 from models.task import TaskMetricsRow, TaskState, get_task, move_task, record_metrics
+from models.task_lease import Superseded
 from models.task_status import member_files
 
 FLOW_NAME = "team-task"
@@ -90,26 +92,69 @@ def _task_info(task_id: str, session: Any = None) -> dict[str, Any]:
         "params": row.params or {},
         "creator": row.creator_id,
         "assignees": [a.assignee_id for a in row.assignees],
+        "attempt": row.attempt,
+        "lease": None,
     }
 
 
-def claim(task_id: str) -> tuple[dict[str, Any], bool, int]:
+def claim(task_id: str, lease: int | None = None) -> tuple[dict[str, Any], bool, int]:
     """Loads the task and claims it (pending -> in_progress, so of several runs exactly one
-    works it); the claimant sends each assignee a `001` task_assignment notification.
+    works it, taking the task's next lease); the claimant sends each assignee a `001`
+    task_assignment notification. A resume's run (`lease` given) takes the lease decided
+    for it instead, and tells nobody again (`models.task_lease`).
 
     One transaction: a notification that cannot be sent (an assignee shut down since) leaves
-    the task pending. Returns the task, whether this run claimed it, and the team's limit on
-    members working at once.
+    the task pending. Returns the task (its `lease` set once claimed), whether this run
+    claimed it, and the team's limit on members working at once.
     """
+    from models import task_lease
+
+    run_id, worker = run_identity()
     with session_scope() as s:
         info = _task_info(task_id, session=s)
-        # Gated by task dependencies (open blockers, no assignee): flows/dependencies.py.
-        claimed = dependencies.claim(s, info)
+        if lease is not None:
+            claimed = task_lease.take(task_id, lease, run_id, worker, session=s)
+            info["reason"] = None
+            info["resumed"] = claimed
+        else:
+            # Gated by task dependencies (open blockers, no assignee): flows/dependencies.py.
+            claimed = dependencies.claim(s, info)
+            if claimed:
+                lease = task_lease.claim_lease(task_id, run_id, worker, session=s)
         team = teams.get_team(info["team"], session=s)
         if claimed:
-            notify(info, lead=team.lead, session=s)
+            info["lease"] = lease
+            if not info.get("resumed"):
+                notify(info, lead=team.lead, session=s)
         limit = int(team.settings.get("concurrency", DEFAULT_CONCURRENCY))
     return info, claimed, limit
+
+
+def run_identity() -> tuple[str | None, str | None]:
+    """The flow run this code runs in, and the teamflow worker whose process runs it."""
+    from prefect.context import FlowRunContext
+
+    from flows.worker_life import worker_name
+
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    return (str(run.id) if run is not None else None), worker_name()
+
+
+def adopt_lease(info: dict[str, Any]) -> None:
+    """A run that adopts a task its outside member began (`flows.outside.adopt`) takes the
+    task's next lease, as a claim would."""
+    from models import task_lease
+
+    run_id, worker = run_identity()
+    with session_scope() as s:
+        info["lease"] = task_lease.claim_lease(info["id"], run_id, worker, session=s)
+
+
+def tell_assignees(info: dict[str, Any]) -> None:
+    """`notify`, in a transaction of its own."""
+    with session_scope() as s:
+        notify(info, lead=teams.get_team(info["team"], session=s).lead, session=s)
 
 
 def notify(info: dict[str, Any], *, lead: str, session: Any = None) -> list[str]:
@@ -182,14 +227,25 @@ def close(info: dict[str, Any], works: list[Work], ok: bool) -> None:
     (completed, or archived when a member failed), and the lead told: an
     `idle_notification` per member, and a message for each failure."""
     from models.inbox_message import IdleNotification
+    from models.task_lease import hold
 
     team = info["team"]
     with session_scope() as s:
+        if info.get("lease") is not None:  # a run that was superseded closes nothing
+            hold(info["id"], info["lease"], session=s)
         for work in works:
             record_execution(info, work, s)
-        state = TaskState.COMPLETED if ok else TaskState.ARCHIVED
-        move_task(uuid.UUID(info["id"]), to=state, session=s)
-        ready = dependencies.settle(s, info, ok)  # dependents: start them, or fail them
+        task_id = uuid.UUID(info["id"])
+        if ok:
+            move_task(task_id, to=TaskState.COMPLETED, session=s)
+            ready = dependencies.settle(s, info, ok)  # dependents: start them
+        elif move_task(task_id, to=TaskState.ARCHIVED, only_from={TaskState.IN_PROGRESS},
+                       session=s):  # fmt: skip
+            # `001` has no `failed`: the task is archived, and its reason says it failed.
+            set_reason(task_id, failure_message(works), session=s)
+            ready = dependencies.settle(s, info, ok)  # dependents: fail them
+        else:
+            ready = []  # freed meanwhile (its member stopped): pending, for another member
         lead = teams.get_team(team, session=s).lead
         messages = []
         for work in works:
@@ -310,17 +366,22 @@ def _run_name() -> str:
 
     task_id = str(flow_run.parameters.get("task_id", ""))
     try:
-        info = _task_info(task_id)
+        row = get_task(task_id)
     except ValueError:
         return f"task {task_id[:8]}"
     from flows.runner import task_run_name
 
-    return task_run_name(info["team"], info["title"], info["assignees"])
+    name = task_run_name(row.team or "", row.title, [a.assignee_id for a in row.assignees])
+    # A resume's run says so (as `flows.runner.start_resume` names it).
+    return f"{name} resume {row.resumes}" if flow_run.parameters.get("lease") else name
 
 
 @flow(name=FLOW_NAME, flow_run_name=_run_name, persist_result=False)
 async def team_task(
-    task_id: str, team: str | None = None, max_steps: int = DEFAULT_MAX_STEPS
+    task_id: str,
+    team: str | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    lease: int | None = None,
 ) -> dict[str, Any] | State[Any]:
     """Works a team task to its end with its assignees' agents.
 
@@ -328,6 +389,8 @@ async def team_task(
         task_id: The `001` task (created with `teamflow task create`).
         team: The team (for the run's name; the task says which team it is).
         max_steps: The most steps one member may take.
+        lease: Given to a run that resumes the task after its run died (the watchdog, or
+            `teamflow task resume`): it goes on from each member's last completed step.
 
     Returns:
         The task's id, status and, per member, whether it succeeded, its steps and answer.
@@ -335,8 +398,21 @@ async def team_task(
     from flows.plan_approval import tag_run
 
     logger = get_run_logger()
-    info, claimed, limit = await anyio.to_thread.run_sync(claim, task_id)
+    info, claimed, limit = await anyio.to_thread.run_sync(claim, task_id, lease)
     team = info["team"]
+    if lease is not None:
+        if not claimed:
+            logger.warning("Task %s moved on before this resume began; nothing to do", task_id)
+            return {"task_id": task_id, "status": info["status"], "members": {}}
+        logger.info("Resuming task %s (lease %d) from its members' last completed steps",
+                    task_id, lease)  # fmt: skip
+    if not claimed and lease is None and await adopt(info):
+        # Its member set it in_progress before this run claimed it: told as by any run.
+        claimed = True
+        await anyio.to_thread.run_sync(adopt_lease, info)
+        if not await resumed(info):  # a resumed run told them the first time
+            await anyio.to_thread.run_sync(tell_assignees, info)
+        logger.info("%s began before this run: the run follows its report", info["assignees"])
     if not claimed:
         if info.get("reason"):
             logger.warning("Task %s stays %s: %s", task_id, info["status"], info["reason"])
@@ -357,10 +433,14 @@ async def team_task(
     tagging = asyncio.ensure_future(tag_run(*task_run_tags(team, info["assignees"])))
     try:
         works = list(await asyncio.gather(*(bounded(m) for m in info["assignees"])))
+        ok = all(w.ok for w in works)
+        await finish(info, works, ok)
+    except Superseded as exc:
+        # Declared dead while it was slow or frozen, and resumed elsewhere: it acts no more.
+        logger.warning("%s", exc)
+        return Cancelled(message=str(exc))
     finally:
         await tagging
-    ok = all(w.ok for w in works)
-    await finish(info, works, ok)
     outcome = {
         "task_id": task_id,
         "status": "completed" if ok else "archived",

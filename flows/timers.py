@@ -10,6 +10,11 @@ requests it decided, so that they finish (`flows.waits.resume_suspended`). Prefe
 pause expiry would only fail such runs, and only every 5 s, 200 paused runs per pass
 (`benchmarks/approval.py --deadlines` compares them).
 
+Tool calls that wait for a person (`models.tool_approval`) have deadlines too: the clock
+applies their timeout policy and resumes the team-task runs that suspended while their step
+waited (`flows.tool_gate`), and the reconciliation resumes those whose calls were decided
+while Prefect was away.
+
 The same clock delivers TIMER alerts at their due time (`flows.system_alert.fire_due_timers`,
 the delivery the timer's own `system-alert` run also makes, exactly once between them), so a
 timer is on time even while Prefect's server is slow to start the timer's run. Timers are
@@ -87,8 +92,13 @@ async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCI
 
 
 async def _reconcile() -> None:
+    from flows.outside import resume_reported_runs
+
     try:
         await resume_decided_suspended_runs()
+        # A report through MCP resumes its task's run at once; this catches what it missed
+        # (Prefect away, or the report came just before the run suspended).
+        await resume_reported_runs()
     except Exception as exc:
         logger.warning("teamflow clock: %s", exc)
 
@@ -108,12 +118,36 @@ async def tick(committed: Callable[[list[str]], None] | None = None) -> list[str
     )
     if acted:
         logger.info("teamflow clock: timeout policy applied to %d plan(s)", len(acted))
+    await expire_tool_calls()
     return acted
+
+
+async def expire_tool_calls() -> int:
+    """Applies the timeout policy to tool calls past their deadline and resumes the
+    team-task runs that suspended while they waited (`flows.tool_gate`). Returns how many
+    runs it resumed."""
+    from models import tool_approval
+
+    runs = await anyio.to_thread.run_sync(lambda: tool_approval.expire_due())
+    if not runs:
+        return 0
+    logger.info("teamflow clock: timeout policy applied to tool calls of %d run(s)", len(runs))
+    try:
+        return await waits.resume_suspended(runs)
+    except Exception as exc:  # Prefect is away: the reconciliation catches up
+        logger.warning("teamflow clock: resuming %d run(s): %s", len(runs), exc)
+        return 0
 
 
 async def _until_next(poll_s: float) -> float:
     def next_due() -> Any:
-        dues = [d for d in (plan_timeout.next_due(), alert.next_timer_due()) if d is not None]
+        from models import tool_approval
+
+        dues = [
+            d
+            for d in (plan_timeout.next_due(), alert.next_timer_due(), tool_approval.next_due())
+            if d is not None
+        ]
         return min(dues, default=None)
 
     due = await anyio.to_thread.run_sync(next_due)
@@ -123,7 +157,11 @@ async def _until_next(poll_s: float) -> float:
 
 
 async def resume_decided_suspended_runs() -> int:
-    """Resumes every suspended `plan-approval` run whose request is decided already."""
+    """Resumes every suspended `plan-approval` run whose request is decided already, and
+    every suspended `team-task` run whose held step's tool calls are."""
     from flows.plan_approval import FLOW_NAME
+    from flows.team_task import FLOW_NAME as TEAM_TASK
+    from models import tool_approval
 
-    return await waits.resume_decided([FLOW_NAME], plan_timeout.decided_runs)
+    plans = await waits.resume_decided([FLOW_NAME], plan_timeout.decided_runs)
+    return plans + await waits.resume_decided([TEAM_TASK], tool_approval.decided_runs)

@@ -19,8 +19,20 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.runner import task_run_tags
 from models import inbox
+from models.retry import is_transient, retrying_async
 from models.task_status import append_output, member_files
 from models.tool import ToolResult
+
+
+def _warn(line: str) -> None:
+    """`line` on the run's log (the team-task run that starts the action)."""
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_logger, get_run_logger
+
+    try:
+        get_run_logger().warning(line)
+    except MissingContextError:
+        get_logger("teamflow").warning(line)
 
 
 @task(name="run-tool", task_run_name="{tool_id} for {member}", cache_policy=NO_CACHE)
@@ -56,6 +68,11 @@ async def run_tool(
     return outcome
 
 
+_begun: set[str] = set()
+"""The ASYNC actions (their `task_id`s) whose `tool-action` run began in this process: one
+that began may have run its tool, so it is not started again."""
+
+
 @flow(name="tool-action", flow_run_name="{tool_id} for {member}@{team}", persist_result=False)
 async def tool_action(
     team: str,
@@ -73,6 +90,7 @@ async def tool_action(
     """
     from flows.plan_approval import tag_run
 
+    _begun.add(task_id)
     extra = [f"task:{team_task_id}"] if team_task_id else []
     tagging = asyncio.ensure_future(tag_run(*task_run_tags(team, [member]), *extra))
     try:
@@ -80,11 +98,11 @@ async def tool_action(
     finally:
         await tagging
     result = outcome["result"]
-    await anyio.to_thread.run_sync(_deliver_result, team, member, tool_id, task_id, result)
+    await anyio.to_thread.run_sync(deliver_result, team, member, tool_id, task_id, result)
     return result
 
 
-def _deliver_result(
+def deliver_result(
     team: str, member: str, tool_id: str, task_id: str, result: dict[str, Any]
 ) -> None:
     """The `tool_result` notification of an ASYNC action, in the member's inbox."""
@@ -105,9 +123,22 @@ async def async_action(
 ) -> dict[str, Any]:
     """Runs `tool_action`; if its run dies before it delivered a result (the Prefect server
     refused to create it, say), the member gets a FAILURE result saying why, instead of
-    waiting for one that will never come."""
+    waiting for one that will never come.
+
+    A transient error (a 503, a dropped connection) before the run began is tried again
+    (`models.retry`): the tool has not run, so it runs once. After the run began, the tool
+    may have run: no second start."""
+
+    def transient(exc: BaseException) -> bool:
+        return task_id not in _begun and is_transient(exc)
+
     try:
-        return await tool_action(team, member, tool_id, params, task_id, **kwargs)
+        return await retrying_async(
+            f"starting the ASYNC action {tool_id} ({task_id})",
+            lambda: tool_action(team, member, tool_id, params, task_id, **kwargs),
+            transient=transient,
+            on_retry=_warn,
+        )
     except Exception as exc:
         failure = ToolResult.failure(
             tool_id, f"the ASYNC run of {tool_id} failed: {exc}"[:2000]
@@ -118,7 +149,9 @@ async def async_action(
             if not any(
                 m.type == "tool_result" and (m.meta or {}).get("task_id") == task_id for m in sent
             ):
-                _deliver_result(team, member, tool_id, task_id, failure)
+                deliver_result(team, member, tool_id, task_id, failure)
 
         await anyio.to_thread.run_sync(deliver_once)
         raise
+    finally:
+        _begun.discard(task_id)

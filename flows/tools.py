@@ -47,6 +47,7 @@ from typing import IO, Any
 from sqlmodel import Session
 
 from models.base import utcnow
+from models.db import session_scope
 from models.knowledge import ContextResource, ResourceAccess, ResourceType
 from models.tool import (
     Feedback,
@@ -55,6 +56,7 @@ from models.tool import (
     ToolResultStatus,
     ToolType,
     add_tool,
+    missing_tools,
     record_feedback,
 )
 
@@ -65,11 +67,13 @@ __all__ = [
     "ToolRun",
     "builtin_tools",
     "check_access",
+    "die_with_parent",
     "install_builtin_tools",
     "load_tool_file",
     "record_feedback",
     "run_process",
     "run_tool",
+    "tool_origin",
     "written_paths",
 ]
 
@@ -148,9 +152,12 @@ Not a `preexec_fn`: Python code between fork and exec in a threaded process (a w
 Prefect's threads) can deadlock in the child on a lock another thread held at the fork."""
 
 
-def _die_with_parent(argv: list[str], cwd: Any, environment: Mapping[str, str]) -> list[str]:
-    """`argv` run so that the kernel SIGKILLs the program when the thread that started it
-    ends (a worker killed with SIGKILL included): no agent program outlives its worker.
+def die_with_parent(
+    argv: list[str], cwd: Any, environment: Mapping[str, str], *, sig: str = "KILL"
+) -> list[str]:
+    """`argv` run so that the kernel sends the program SIG`sig` when the thread that started
+    it ends (a worker killed with SIGKILL included): no agent program outlives its worker,
+    and nothing `teamflow up` started outlives `up` (there with TERM: a server stops cleanly).
 
     The program is looked up first, as `Popen` would, so a missing one is still an `OSError`
     here rather than an exit code of `setpriv`'s.
@@ -169,12 +176,30 @@ def _die_with_parent(argv: list[str], cwd: Any, environment: Mapping[str, str]) 
         if on_path is None:
             raise FileNotFoundError(2, "No such file or directory", program)
         found = on_path
-    return [_SETPRIV, "--pdeathsig", "KILL", "--", found, *argv[1:]]
+    return [_SETPRIV, "--pdeathsig", sig, "--", found, *argv[1:]]
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+SCRUBBED = frozenset(
+    {
+        "TEAMFLOW_TOKEN",
+        "PREFECT_API_AUTH_STRING",
+        "PREFECT_SERVER_API_AUTH_STRING",
+        "PREFECT_API_KEY",
+    }
+)
+"""Credentials an agent program (and a tool it runs) never inherits from the worker: a
+person's or the lead's token, Prefect's auth string. An agent's own member token is given
+to it explicitly (`env`), never inherited."""
+
+
+def agent_environment() -> dict[str, str]:
+    """teamflow's environment without `SCRUBBED`: what agent programs and tools start with."""
+    return {k: v for k, v in os.environ.items() if k not in SCRUBBED}
 
 
 def run_process(
@@ -191,13 +216,14 @@ def run_process(
     running it dies (`PR_SET_PDEATHSIG` on Linux, set by `setpriv`), so a killed worker
     leaves no orphan.
 
-    `env` is added to teamflow's own environment. Raises `OSError` when the program cannot be
-    started (not found, not executable).
+    `env` is added to teamflow's own environment, scrubbed of credentials
+    (`agent_environment`). Raises `OSError` when the program cannot be started (not found,
+    not executable).
     """
-    environment = {**os.environ, **(env or {})}
+    environment = {**agent_environment(), **(env or {})}
     started = time.monotonic()
     proc = subprocess.Popen(
-        _die_with_parent(list(argv), cwd, environment),
+        die_with_parent(list(argv), cwd, environment),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -518,6 +544,29 @@ def builtin_tools() -> list[ToolDefinition]:
     return [load_tool_file(file) for file in sorted(BUILTIN_TOOLS_DIR.glob("*.json"))]
 
 
-def install_builtin_tools(*, session: Session | None = None) -> list[ToolDefinition]:
-    """Stores the built-in tools (replacing older copies); returns them."""
-    return [add_tool(tool, session=session) for tool in builtin_tools()]
+def install_builtin_tools(
+    *, session: Session | None = None, missing_only: bool = False
+) -> list[ToolDefinition]:
+    """Stores the built-in tools (replacing older copies); returns those stored.
+
+    `missing_only` (what `teamflow db upgrade` does): only those no tool of the home is
+    called, so a tool a user changed under a built-in's name stays as the user left it.
+    """
+    tools = builtin_tools()
+    with session_scope(session) as s:
+        if missing_only:
+            absent = set(missing_tools([t.tool_id for t in tools], session=s))
+            tools = [t for t in tools if t.tool_id in absent]
+        return [add_tool(tool, session=s) for tool in tools]
+
+
+def tool_origin(tool: ToolDefinition) -> str:
+    """Where a stored tool comes from: `built-in` (teamflow's toolbox, as shipped),
+    `built-in, changed` (a built-in's name, another command or schema) or `added`."""
+    shipped = {t.tool_id: t for t in builtin_tools()}.get(tool.tool_id)
+    if shipped is None:
+        return "added"
+    same = (shipped.command, shipped.input_schema, shipped.output_schema) == (
+        tool.command, tool.input_schema, tool.output_schema,
+    )  # fmt: skip
+    return "built-in" if same else "built-in, changed"

@@ -7,15 +7,21 @@ already is reused, so a second `teamflow up` adds a worker instead of failing on
 Then it creates the `teamflow` process work pool, registers every deployment of
 `prefect.yaml` (`prefect deploy --all`), installs the automation that marks runs Crashed
 when their heartbeats stop, schedules the `watchdog` (every 30 s, `TEAMFLOW_WATCHDOG_EVERY`),
-starts a teamflow worker, and applies teamflow's own migrations.
-Ctrl-C or SIGTERM stops what it started, the worker first.
+starts a teamflow worker and the MCP server over streamable HTTP (`teamflow mcp --http` on
+`TEAMFLOW_MCP_PORT`, default 4310; reused if one answers there already) and the REST API
+(`teamflow api` on `TEAMFLOW_API_PORT`, default 4300; reused likewise), and applies
+teamflow's own migrations. Ctrl-C or SIGTERM stops what it started, the MCP server first.
 
-A worker that dies (killed, or out of memory) is started again, after 1 s, then 2 s, 4 s ...
-up to `RESTART_MAX_SECONDS` while it keeps dying; a worker that stayed up for
+A worker, MCP server, REST API or Prefect server that dies (killed, or out of memory) is
+started again, after 1 s,
+then 2 s, 4 s ... up to `RESTART_MAX_SECONDS` while it keeps dying; one that stayed up for
 `STABLE_SECONDS` starts the count again. `teamflow up` says so on its output each time. The
 runs the dead worker held are marked Crashed by the automation, and the watchdog closes
 their tasks as failed, so `teamflow task run ID` can start them again. Stopping is clean
 also while the Prefect server is away: every process `teamflow up` started is stopped.
+While its server is restarted the worker keeps running, and the runs waiting in it keep
+waiting. Every process `up` starts is tied to it by the kernel (`PR_SET_PDEATHSIG`): `up`
+killed, even with SIGKILL, takes its server, worker and MCP server along.
 
 The server it starts is safer than Prefect's defaults: it listens on 127.0.0.1 unless told
 otherwise, has CSRF protection on, accepts cross-origin requests from its own UI only,
@@ -33,12 +39,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from flows import runner
 from flows.pool_setup import (
-    BUSY_TRIES,
     CRASH_AUTOMATION,
     deploy,
     ensure_crash_automation,
@@ -52,8 +58,16 @@ from flows.up_processes import (
     check_credentials,
     is_local,
     last_error,
+    mcp_url,
+    probe_mcp,
+    probe_rest,
+    rest_url,
     signals_held,
+    spawn_mcp,
+    spawn_rest,
     spawn_worker,
+    start_mcp,
+    start_rest,
     start_server,
     start_worker,
 )
@@ -66,6 +80,8 @@ RESTART_MAX_SECONDS = 60.0
 """The longest wait between two restarts of a worker that keeps dying."""
 STABLE_SECONDS = 120.0
 """A worker that stayed up this long has its restart wait reset to the first."""
+UP_LAST_LINE = "Ctrl-C stops what this command started."
+"""The last line of what `teamflow up` says once everything is up: a script waits for it."""
 _T = TypeVar("_T")
 
 
@@ -77,6 +93,15 @@ class Up:
     ui: str
     children: list[Child] = field(default_factory=list)
     reused_server: bool = False
+    mcp: str = ""
+    """The MCP server's URL (streamable HTTP)."""
+    mcp_host: str = "127.0.0.1"
+    reused_mcp: bool = False
+    server_bind: str = "127.0.0.1"
+    """Where the server `up` started listens (it is started there again if it dies)."""
+    rest: str = ""
+    """The REST API's URL (`/api/v1/`)."""
+    reused_rest: bool = False
 
     def stop(self) -> None:
         """Stops every child (the worker first); a second Ctrl-C or SIGTERM kills at once.
@@ -127,6 +152,7 @@ def _raise_stop(_signum: int, _frame: Any) -> None:
 
 def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) -> Up:
     """Every step of `teamflow up` but waiting; the caller stops what it returns."""
+    from flows.tools import install_builtin_tools
     from flows.watchdog import every_s, schedule_watchdog
 
     try:  # a bad TEAMFLOW_WATCHDOG_EVERY is refused before anything starts
@@ -139,6 +165,7 @@ def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) ->
     try:
         db.upgrade(settings.database_url)
         revision = db.current_revision(settings.database_url)
+        install_builtin_tools(missing_only=True)
     except db.DatabaseError as exc:
         raise UpError(f"teamflow's database: {exc}") from None
     echo(f"teamflow's database {db.redact(settings.database_url)} is at migration {revision}")
@@ -167,6 +194,7 @@ def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) ->
                         "warning: the server listens on every interface without an auth "
                         "string; set PREFECT_SERVER_API_AUTH_STRING=user:password"
                     )
+                state.server_bind = bind
                 server = start_server(api, bind, home, echo)
                 if server is None:
                     state.reused_server = True
@@ -188,41 +216,90 @@ def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) ->
             )
             echo(f"scheduled the watchdog every {every:g} s")
             state.children.append(start_worker(api, home))
+            _bring_up_mcp(state, host or "127.0.0.1", settings.mcp_port, home, echo)
+            _bring_up_rest(state, host or "127.0.0.1", settings.api_port, home, echo)
         except BaseException:
             state.stop()
             raise
     return state
 
 
+def _bring_up_mcp(state: Up, host: str, port: int, home: Path, echo: Callable[[str], None]) -> None:
+    """Starts `teamflow mcp --http` on `host:port`, or reuses the teamflow MCP server that
+    answers there already (a second `teamflow up`); refuses a port something else holds."""
+    state.mcp, state.mcp_host = mcp_url(host, port), host
+    answer = probe_mcp(state.mcp)
+    if answer == "teamflow":
+        state.reused_mcp = True
+        echo(f"reusing the MCP server at {state.mcp}")
+        return
+    if answer != "none":
+        raise UpError(
+            f"{host}:{port} is taken by something that is not teamflow's MCP server "
+            f"({answer}); stop it or set TEAMFLOW_MCP_PORT to another port"
+        )
+    state.children.append(start_mcp(state.api, home, host, port))
+    echo(f"started the MCP server at {state.mcp}")
+
+
+def _bring_up_rest(
+    state: Up, host: str, port: int, home: Path, echo: Callable[[str], None]
+) -> None:
+    """Starts `teamflow api` on `host:port`, or reuses teamflow's REST API that answers
+    there already; refuses a port something else holds."""
+    state.rest = rest_url(host, port)
+    answer = probe_rest(state.rest)
+    if answer == "teamflow":
+        state.reused_rest = True
+        echo(f"reusing the REST API at {state.rest}")
+        return
+    if answer != "none":
+        raise UpError(
+            f"{host}:{port} is taken by something that is not teamflow's REST API "
+            f"({answer}); stop it or set TEAMFLOW_API_PORT to another port"
+        )
+    state.children.append(start_rest(state.api, home, host, port))
+    echo(f"started the REST API at {state.rest}")
+
+
 def _while_busy(what: str, step: Callable[[], _T]) -> _T:
-    """`step()`, tried again (up to `BUSY_TRIES` times) while the server answers 503 (busy,
-    as Prefect's server on SQLite is now and then, more so where the client's own retries are
-    turned off); any other refusal of the server is one line for the user."""
+    """`step()`, tried again while it fails with a transient error (a busy server's 503, a
+    dropped connection: `models.retry`); any other refusal of the server, or giving up, is
+    one line for the user."""
     from prefect.exceptions import PrefectHTTPStatusError
 
-    for attempt in range(1, BUSY_TRIES + 1):
-        try:
-            return step()
-        except PrefectHTTPStatusError as exc:
-            status = exc.response.status_code
-            if status != 503 or attempt == BUSY_TRIES:
-                raise UpError(f"{what}: the Prefect server answered {status}") from None
-        print(f"{what}: the server was busy (503); trying again ({attempt})", flush=True)
-        time.sleep(2 * attempt)
-    raise AssertionError("unreachable")
+    from models.retry import GaveUp, retrying
+
+    try:
+        return retrying(what, step, on_retry=lambda line: print(line, flush=True))
+    except GaveUp as exc:
+        raise UpError(str(exc)) from None
+    except PrefectHTTPStatusError as exc:
+        raise UpError(f"{what}: the Prefect server answered {exc.response.status_code}") from None
 
 
 def _report(state: Up, echo: Callable[[str], None]) -> None:
-    echo("")
-    echo("teamflow is up")
-    echo(f"  UI:      {state.ui}")
-    echo(f"  API:     {state.api}")
+    """Says what is up, in one write: a reader that waits for its last line (Ctrl-C ...)
+    never sees half of it."""
+    lines = [
+        "",
+        "teamflow is up",
+        f"  UI:      {state.ui}",
+        f"  API:     {state.api}",
+        f"  MCP:     {state.mcp}",
+        f"  REST:    {state.rest}",
+    ]
     if state.reused_server:
-        echo("  server:  reused (already running; not stopped by this command)")
+        lines.append("  server:  reused (already running; not stopped by this command)")
+    if state.reused_mcp:
+        lines.append("  mcp:     reused (already running; not stopped by this command)")
+    if state.reused_rest:
+        lines.append("  api:     reused (already running; not stopped by this command)")
     for child in state.children:
-        echo(f"  {child.name + ':':<8} started, pid {child.process.pid}, {child.detail}")
-        echo(f"           log {child.log}")
-    echo("Ctrl-C stops what this command started.")
+        lines.append(f"  {child.name + ':':<8} started, pid {child.process.pid}, {child.detail}")
+        lines.append(f"           log {child.log}")
+    lines.append(UP_LAST_LINE)
+    echo("\n".join(lines))
 
 
 @dataclass
@@ -244,30 +321,56 @@ class Restarts:
 
 
 def _supervise(state: Up, echo: Callable[[str], None]) -> None:
-    """Watches the children: a worker that died is started again (with backoff, said on the
-    output); a server that died ends `teamflow up` (an `UpError`)."""
-    restarts = Restarts()
+    """Watches the children: one that died is started again, with backoff, said on the
+    output. The worker keeps running while its Prefect server is restarted: runs waiting in
+    it keep waiting, and take a decision recorded meanwhile once the server is back."""
+    restarts = {name: Restarts() for name in ("worker", "mcp", "api", "server")}
     started = {id(child): time.monotonic() for child in state.children}
     while True:
         for index, child in enumerate(state.children):
             if child.alive():
                 continue
             code = child.process.returncode
-            if child.name != "worker":
-                raise UpError(
-                    f"the {child.name} stopped unexpectedly (exit {code}): "
-                    f"{last_error(child.log)}; see {child.log}"
-                )
-            child.kill()  # what the dead worker left in its process group goes with it
-            wait = restarts.after_death(time.monotonic() - started.pop(id(child)))
+            child.kill()  # what the dead child left in its process group goes with it
+            wait = restarts[child.name].after_death(time.monotonic() - started.pop(id(child)))
             echo(
-                f"the worker (pid {child.process.pid}) died (exit {code}); "
+                f"the {child.name} (pid {child.process.pid}) died (exit {code}); "
                 f"starting it again in {wait:g} s"
+                + (f" (its last words: {last_error(child.log)})" if child.name == "server" else "")
             )
             time.sleep(wait)
-            with signals_held():
-                worker, _name = spawn_worker(state.api, child.log.parent.parent)
-                state.children[index] = worker
-            started[id(worker)] = time.monotonic()
-            echo(f"  worker:  restarted, pid {worker.process.pid}, {worker.detail}")
+            new = _restart(state, child, echo)
+            started[id(new or child)] = time.monotonic()
+            if new is None:  # another Prefect server took the port meanwhile: used as is
+                state.children.remove(child)
+                break
+            if new is not child:
+                state.children[index] = new
+                echo(f"  {child.name + ':':<8} restarted, pid {new.process.pid}, {new.detail}")
         time.sleep(0.5)
+
+
+def _restart(state: Up, child: Child, echo: Callable[[str], None]) -> Child | None:
+    """`child` started anew (a server: until it is healthy); None when its start failed (said;
+    the next round of `_supervise` tries again) or another server took the port."""
+    home = child.log.parent.parent
+    if child.name == "server":
+        try:
+            server = start_server(state.api, state.server_bind, home, echo)
+        except UpError as exc:
+            echo(f"  the server did not come back: {exc}")
+            return child  # still dead: tried again after a longer wait
+        if server is None:
+            state.reused_server = True
+            echo("  another Prefect server answers there now; using it (not stopped by up)")
+        return server
+    with signals_held():
+        if child.name == "worker":
+            new, _name = spawn_worker(state.api, home)
+        elif child.name == "api":
+            port = int(state.rest.rsplit(":", 1)[1].split("/")[0])
+            new = spawn_rest(state.api, home, state.mcp_host, port)
+        else:
+            port = int(state.mcp.rsplit(":", 1)[1].split("/")[0])
+            new = spawn_mcp(state.api, home, state.mcp_host, port)
+    return new

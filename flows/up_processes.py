@@ -1,4 +1,4 @@
-"""The processes `teamflow up` starts and stops: the Prefect server and the worker.
+"""The processes `teamflow up` starts and stops: the Prefect server, the worker, the MCP server.
 
 Each is a `Child`: its own session and process group (stopping it stops what it started),
 a private log under `$TEAMFLOW_HOME/logs`, and the environment teamflow gives it
@@ -36,6 +36,7 @@ WORKER_POLL_SECONDS = 2
 """The worker's fallback poll; new runs normally reach it at once through the event stream."""
 SERVER_START_TIMEOUT = 120.0
 WORKER_START_TIMEOUT = 60.0
+MCP_START_TIMEOUT = 60.0
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"}
 
 
@@ -94,6 +95,15 @@ def signals_held(*, then: bool = True) -> Iterator[None]:
             raise Stopped
         if then and signal.SIGINT in arrived:
             raise KeyboardInterrupt
+
+
+def _ours(argv: list[str], env: dict[str, str]) -> list[str]:
+    """`argv` tied to `teamflow up`: killed with it (SIGTERM from the kernel when `up` dies,
+    even by SIGKILL), so no server or worker of `up` lives on as an orphan that a later
+    `teamflow up` would take for its own."""
+    from flows.tools import die_with_parent
+
+    return die_with_parent(argv, PROJECT_ROOT, env, sig="TERM")
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
@@ -229,10 +239,11 @@ def start_server(api: str, bind_host: str, home: Path, echo: Callable[[str], Non
     check_database(database_url, "the Prefect server's database")
     log = log_path(home, "prefect-server.log")
     with log.open("ab") as out:
+        env = server_env(api, bind_host, port, database_url)
         process = subprocess.Popen(
-            [sys.executable, "-m", "flows.server", "start",
-             "--host", bind_host, "--port", str(port), "--analytics-off"],
-            env=server_env(api, bind_host, port, database_url),
+            _ours([sys.executable, "-m", "flows.server", "start",
+                   "--host", bind_host, "--port", str(port), "--analytics-off"], env),
+            env=env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
             start_new_session=True, cwd=home, umask=PRIVATE_UMASK,
         )  # fmt: skip
@@ -287,9 +298,11 @@ def spawn_worker(api: str, home: Path, pool: str = POOL) -> tuple[Child, str]:
     name = f"teamflow {socket.gethostname()} {uuid.uuid4().hex[:8]}"
     log = log_path(home, "worker.log")
     with log.open("ab") as out:
+        env = child_env(api)
         process = subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "worker", "--pool", pool, "--name", name],
-            env=child_env(api), stdin=subprocess.DEVNULL, stdout=out,
+            _ours([sys.executable, "-m", "flows.cli", "worker",
+                   "--pool", pool, "--name", name], env),
+            env=env, stdin=subprocess.DEVNULL, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_ROOT,
             umask=PRIVATE_UMASK,
         )  # fmt: skip
@@ -337,3 +350,137 @@ def last_error(log: Path) -> str:
         if any(word in line for word in ("Error", "error:", "Exception", "in use")):
             return line[:300]
     return lines[-1][:300] if lines else "no output"
+
+
+# --- the MCP server ------------------------------------------------------------------------
+
+
+def mcp_url(host: str, port: int) -> str:
+    """Where MCP clients reach the server `teamflow up` starts."""
+    shown = "127.0.0.1" if host in {"0.0.0.0", "::"} else host
+    if ":" in shown:
+        shown = f"[{shown}]"
+    return f"http://{shown}:{port}/mcp"
+
+
+def probe_mcp(url: str, timeout: float = 2.0) -> str:
+    """`teamflow` if a teamflow MCP server answers at `url`, `none` if nothing listens there,
+    else what answered instead (one phrase). Asks only `initialize`, which needs no token."""
+    import httpx
+
+    hello = {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "teamflow-up", "version": "1"}},
+    }  # fmt: skip
+    headers = {"Accept": "application/json, text/event-stream"}
+    try:
+        response = httpx.post(url, json=hello, headers=headers, timeout=timeout)
+    except httpx.ConnectError:
+        return "none"
+    except httpx.HTTPError as exc:
+        return f"POST {urlsplit(url).path} failed: {type(exc).__name__}"
+    if response.status_code == 200 and '"name":"teamflow"' in response.text.replace(" ", ""):
+        return "teamflow"
+    return f"POST {urlsplit(url).path} answered {response.status_code}"
+
+
+def spawn_mcp(api: str, home: Path, host: str, port: int) -> Child:
+    """Starts `teamflow mcp --http` on `host:port` in its own session (tokens required)."""
+    log = log_path(home, "mcp.log")
+    with log.open("ab") as out:
+        env = child_env(api)
+        process = subprocess.Popen(
+            _ours([sys.executable, "-m", "flows.cli", "mcp", "--http",
+                   "--host", host, "--port", str(port)], env),
+            env=env, stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_ROOT,
+            umask=PRIVATE_UMASK,
+        )  # fmt: skip
+    return Child("mcp", process, log, detail=f"MCP over HTTP at {mcp_url(host, port)}")
+
+
+def start_mcp(api: str, home: Path, host: str, port: int) -> Child:
+    """Starts the MCP server and waits until it answers `initialize`."""
+    child = spawn_mcp(api, home, host, port)
+    url = mcp_url(host, port)
+    started = time.monotonic()
+    try:
+        while (answer := probe_mcp(url, timeout=1)) != "teamflow":
+            if not child.alive():
+                raise UpError(
+                    f"the MCP server stopped while starting (exit {child.process.returncode}): "
+                    f"{last_error(child.log)}; see {child.log}"
+                )
+            if time.monotonic() - started > MCP_START_TIMEOUT:
+                raise UpError(f"the MCP server did not answer at {url} ({answer}); see {child.log}")
+            time.sleep(0.25)
+    except BaseException:
+        child.stop(grace=10)
+        raise
+    return child
+
+
+# --- the REST API --------------------------------------------------------------------------
+
+
+def rest_url(host: str, port: int) -> str:
+    """Where programs reach the REST API `teamflow up` starts (its routes' root)."""
+    return mcp_url(host, port).removesuffix("/mcp") + "/api/v1/"
+
+
+def probe_rest(url: str, timeout: float = 2.0) -> str:
+    """`teamflow` if teamflow's REST API answers at `url` (its `/openapi.json`), `none` if
+    nothing listens there, else what answered instead (one phrase)."""
+    import httpx
+
+    schema = url.removesuffix("/").removesuffix("/api/v1") + "/openapi.json"
+    try:
+        response = httpx.get(schema, timeout=timeout)
+    except httpx.ConnectError:
+        return "none"
+    except httpx.HTTPError as exc:
+        return f"GET /openapi.json failed: {type(exc).__name__}"
+    try:
+        title = response.json().get("info", {}).get("title")
+    except ValueError:
+        title = None
+    if response.status_code == 200 and title == "teamflow":
+        return "teamflow"
+    return f"GET /openapi.json answered {response.status_code}"
+
+
+def spawn_rest(api: str, home: Path, host: str, port: int) -> Child:
+    """Starts `teamflow api` on `host:port` in its own session."""
+    log = log_path(home, "api.log")
+    with log.open("ab") as out:
+        env = child_env(api)
+        process = subprocess.Popen(
+            _ours([sys.executable, "-m", "flows.cli", "api", "--host", host, "--port", str(port)],
+                  env),
+            env=env, stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_ROOT,
+            umask=PRIVATE_UMASK,
+        )  # fmt: skip
+    return Child("api", process, log, detail=f"REST API at {rest_url(host, port)}")
+
+
+def start_rest(api: str, home: Path, host: str, port: int) -> Child:
+    """Starts the REST API and waits until it answers."""
+    child = spawn_rest(api, home, host, port)
+    url = rest_url(host, port)
+    started = time.monotonic()
+    try:
+        while (answer := probe_rest(url, timeout=1)) != "teamflow":
+            if not child.alive():
+                raise UpError(
+                    f"the REST API stopped while starting (exit {child.process.returncode}): "
+                    f"{last_error(child.log)}; see {child.log}"
+                )
+            if time.monotonic() - started > MCP_START_TIMEOUT:
+                raise UpError(f"the REST API did not answer at {url} ({answer}); see {child.log}")
+            time.sleep(0.25)
+    except BaseException:
+        child.stop(grace=10)
+        raise
+    return child

@@ -1,7 +1,8 @@
 """Waiting for a decision inside a flow run: pushed, suspended when long, resumed by event.
 
-A flow run that needs someone's decision (a lead's on a plan today; next, on a tool call,
-or an outside agent's answer) waits here, and the waits behave the same whatever is decided:
+A flow run that needs someone's decision (a lead's on a plan, on a member's tool calls or
+budget, or an outside agent's answer) waits here, and the waits behave the same whatever is
+decided:
 
 - **In process, pushed.** The run pauses with a form (a Prefect `RunInput`, shown on the
   paused run in the Prefect UI) and hears its resume on Prefect's event stream at once, not
@@ -43,6 +44,7 @@ saved before a run pauses, so a resume never finds its schema missing.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
@@ -172,6 +174,7 @@ async def wait_for_input(
         if not state.is_paused():
             raise RuntimeError(f"flow run cannot be paused: the server answered {state}")
         waiter.arm(state.timestamp)
+        alive_s = get_settings().worker_alive_seconds
         logger.info("Waiting for %s (resume the run with its form, or use the CLI)", what)
         while True:
             if check is not None and await check():
@@ -183,9 +186,15 @@ async def wait_for_input(
             step = check_s
             if until is not None:
                 step = min(step, max((until - utcnow()).total_seconds(), 0.0))
+            began = time.monotonic()
             kind = await waiter.next(step)
             if kind == "RUNNING":
                 return await _retrying(lambda: _read_input(client, form, keyset, run_id), logger)
+            if kind == "CRASHED" and time.monotonic() - began < step + alive_s:
+                again = await _pause_again(client, run_id, state, logger)
+                if again is not None:
+                    waiter.rearm(again.timestamp)
+                    continue
             if kind in ENDING:
                 await _abort(client, run_id, kind)
 
@@ -302,6 +311,33 @@ async def _abort(client: Any, run_id: Any, kind: str) -> NoReturn:
     else:
         state = (await client.read_flow_run(run_id)).state
     abort_with_state(f"the run became {kind.lower()} while waiting", state)
+
+
+async def _pause_again(client: Any, run_id: Any, paused: State[Any], logger: Any) -> Any:
+    """Pauses again a run marked Crashed while it waits, alive, in this process; returns
+    its new Paused state, or None when the run is no longer Crashed.
+
+    Only Prefect's crash automation marks a waiting run Crashed: it heard no heartbeat in
+    its window, a loaded server's lag, not a dead process (this one is waiting). The caller
+    does this only when its process did not stall past `TEAMFLOW_WORKER_ALIVE_SECONDS`:
+    one frozen that long may have been taken for dead and its work resumed elsewhere.
+    """
+    run = await client.read_flow_run(run_id)
+    if run.state is None or not run.state.is_crashed():
+        return None
+    details = paused.state_details
+    again: State[Any] = Paused(
+        pause_expiration_time=details.pause_timeout,
+        reschedule=False,
+        pause_key=details.pause_key,
+    )
+    keyed_for_input(again)  # the same keys: the form, and the input a resume stores
+    result = await client.set_flow_run_state(run_id, again, force=True)
+    logger.warning(
+        "Marked Crashed (%s) while it waits, alive, in this process: paused again",
+        run.state.message or "no message",
+    )
+    return result.state
 
 
 async def _resume_self(client: Any, run_id: Any) -> None:

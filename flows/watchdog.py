@@ -1,17 +1,25 @@
 """The `watchdog` flow: every team checked on a schedule, each problem alarmed to its lead once.
 
-`teamflow up` schedules the `watchdog/watchdog` deployment every 30 s
-(`TEAMFLOW_WATCHDOG_EVERY`, e.g. `10s`, `1m`). One run:
+Teams are checked every 30 s (`TEAMFLOW_WATCHDOG_EVERY`, e.g. `10s`, `1m`), but not one
+Prefect run per check, which buried a team's own runs in the UI (120 watchdog runs an hour):
+`teamflow up` schedules the `watchdog/watchdog` deployment once per window (ten checks, at
+most 15 minutes: 5 minutes at the default), and each run checks `checks` times, `every`
+seconds apart, logging one line per check: 12 runs an hour, not 120. A run whose worker died
+is marked Crashed and the next window's run takes over (the checks pause for at most one
+window). One check:
 
 1. asks Prefect which runs died: `team-task` runs that ended Crashed, Failed or Cancelled
    (the "crash runs without heartbeats" automation marks a dead worker's runs Crashed), and
    the runs of open shutdowns and pending plan requests (`models.watchdog.watched_runs`);
 2. lets `models.watchdog.scan` decide: members whose heartbeat is older than the team's
    `offline_after_seconds` go offline (the lead gets a `status_update`), tasks of dead runs
-   are closed as failed, shutdowns of dead runs forced, overdue tasks noted; each condition
-   is recorded once in `watchdog_alarms`;
+   are resumed (a new run, started here, goes on from the last completed steps; or, past
+   `TEAMFLOW_RESUME_ATTEMPTS`, closed as failed), shutdowns of dead runs forced, overdue
+   tasks noted; each condition is recorded once in `watchdog_alarms`;
 3. delivers each new alarm to the team's lead as an ALARM through the `system-alert` flow
-   (a subflow run per alarm); an alarm whose delivery failed is delivered by the next run.
+   (a subflow run per alarm); an alarm whose delivery failed is delivered by the next run;
+4. marks Crashed the in-process subflow runs of dead runs (`end_orphans`), and hands back
+   to the pool the runs a dead worker took but never started (`hand_back_stranded`).
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ from typing import Any
 import anyio
 from prefect import flow, get_client, get_run_logger
 
+from flows.outside import resume_reported_runs
+from flows.spawn import dead_panes
 from flows.system_alert import system_alert
 from models import watchdog as store
 from models.db import session_scope
@@ -35,6 +45,10 @@ DEPLOYMENT = "watchdog/watchdog"
 """The deployment `teamflow up` schedules (`prefect.yaml`)."""
 TASK_FLOW = "team-task"
 PAGE = 200
+WINDOW_S = 900.0
+"""How long one scheduled watchdog run keeps checking, at most."""
+MAX_CHECKS = 10
+"""How many checks one run makes, at most (5 minutes of them at the default 30 s)."""
 
 
 def every_s() -> float:
@@ -46,17 +60,31 @@ def every_s() -> float:
     return get_settings().watchdog_every
 
 
+def window(every: float) -> tuple[int, float]:
+    """How many checks `every` seconds apart one scheduled run makes, and the interval of
+    the schedule (about `WINDOW_S`, a whole number of checks)."""
+    # At most MAX_CHECKS a run: after a worker's death the next run takes over soon enough.
+    checks = max(1, min(round(WINDOW_S / every), MAX_CHECKS))
+    return checks, checks * every
+
+
 def schedule_watchdog(every: float | None = None) -> float:
-    """Makes the `watchdog` deployment's one schedule an interval of `every` seconds (default
-    `every_s()`), replacing the schedules it had; returns the interval."""
+    """Makes the `watchdog` deployment check every `every` seconds (default `every_s()`):
+    one schedule (its interval `window(every)`, replacing the schedules it had) whose runs
+    each check `checks` times. Returns `every`."""
     from prefect.client.orchestration import get_client as sync_client
+    from prefect.client.schemas.actions import DeploymentUpdate
     from prefect.client.schemas.schedules import IntervalSchedule
 
     every = every or every_s()
+    checks, interval = window(every)
     with sync_client(sync_client=True) as client:
         deployment = client.read_deployment_by_name(DEPLOYMENT)
+        client.update_deployment(
+            deployment.id, DeploymentUpdate(parameters={"checks": checks, "every": every})
+        )
         schedules = client.read_deployment_schedules(deployment.id)
-        wanted = timedelta(seconds=every)
+        wanted = timedelta(seconds=interval)
         keep = [
             s
             for s in schedules
@@ -66,8 +94,8 @@ def schedule_watchdog(every: float | None = None) -> float:
             if schedule not in keep:
                 client.delete_deployment_schedule(deployment.id, schedule.id)
         if not keep:
-            interval: Any = IntervalSchedule(interval=wanted)  # one of the schedule types it takes
-            client.create_deployment_schedules(deployment.id, [(interval, True)])
+            schedule_: Any = IntervalSchedule(interval=wanted)  # one of the types it takes
+            client.create_deployment_schedules(deployment.id, [(schedule_, True)])
         elif not keep[0].active:
             client.update_deployment_schedule(deployment.id, keep[0].id, active=True)
     return every
@@ -82,6 +110,7 @@ def _dead_run(run: Any, flow_name: str) -> store.DeadRun:
         message=(state.message or None) if state is not None else None,
         task_id=str(run.parameters.get("task_id")) if flow_name == TASK_FLOW else None,
         idempotency_key=run.idempotency_key,
+        lease=run.parameters.get("lease") if flow_name == TASK_FLOW else None,
     )
 
 
@@ -173,25 +202,167 @@ async def deliver(alarm: store.WatchdogAlarm) -> bool:
     return False
 
 
+async def start_resumes() -> list[str]:
+    """Starts the run of each decided resume (`models.task_lease.due_resumes`), due at its
+    time; one that cannot be started now is started by the next check. Returns their ids."""
+    from flows.runner import start_resume
+    from models.task_lease import due_resumes, resume_started
+
+    logger = get_run_logger()
+    started = []
+    for due in await anyio.to_thread.run_sync(due_resumes):
+        try:
+            run = await anyio.to_thread.run_sync(start_resume, due)
+        except Exception as exc:
+            logger.warning("resume of task %s not started yet: %s", due.task_id, exc)
+            continue
+        await anyio.to_thread.run_sync(partial(resume_started, due.task_id, due.lease))
+        logger.info("task %s resumed: %s", due.task_id, run.name)
+        started.append(str(run.id))
+    return started
+
+
+async def end_orphans() -> list[str]:
+    """Marks Crashed the in-process subflow runs (a plan's wait, an alarm's delivery) whose
+    parent run is dead and whose worker no longer beats: they died in the same process, but
+    Prefect's crash automation only catches the parent, and left them Pending, Running or
+    Paused (a dead plan's form would stay open in the UI). Returns their ids."""
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterDeploymentId,
+        FlowRunFilterId,
+        FlowRunFilterParentTaskRunId,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        TaskRunFilter,
+        TaskRunFilterId,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Crashed
+
+    from models.worker_beat import live_runs
+
+    waiting = [StateType.PENDING, StateType.RUNNING, StateType.PAUSED]
+    ended: list[str] = []
+    async with get_client() as client:
+        children = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_task_run_id=FlowRunFilterParentTaskRunId(is_null_=False),
+                deployment_id=FlowRunFilterDeploymentId(is_null_=True),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=waiting)),
+            ),
+            limit=PAGE,
+        )
+        if not children:
+            return ended
+        task_runs = await client.read_task_runs(
+            task_run_filter=TaskRunFilter(
+                id=TaskRunFilterId(any_=[c.parent_task_run_id for c in children])
+            ),
+            limit=PAGE,
+        )
+        parent_of = {t.id: t.flow_run_id for t in task_runs}
+        dead_state = FlowRunFilterStateType(any_=[StateType(t) for t in sorted(store.DEAD_STATES)])
+        dead = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=list(set(parent_of.values()))),
+                state=FlowRunFilterState(type=dead_state),
+            ),
+            limit=PAGE,
+        )
+        dead_ids = {r.id for r in dead}
+        live = await anyio.to_thread.run_sync(live_runs)
+        for child in children:
+            parent = parent_of.get(child.parent_task_run_id)  # type: ignore[arg-type]
+            if parent not in dead_ids or str(parent) in live or str(child.id) in live:
+                continue
+            state: Any = Crashed(message=f"its parent run {parent} died with its process")
+            await client.set_flow_run_state(child.id, state, force=True)
+            ended.append(str(child.id))
+    return ended
+
+
+async def hand_back_stranded(older_than: float | None = None) -> list[str]:
+    """Hands back to the pool (Scheduled, due now) the runs of the `teamflow` pool that a
+    worker took (Pending) and died before starting: they never beat, so the crash automation
+    never sees them, and their tasks would wait for good. Only runs Pending for longer than
+    `TEAMFLOW_WORKER_ALIVE_SECONDS` that no live worker lists (a live worker lists a run
+    from the moment it takes it). `older_than`: that window in seconds, if not the
+    setting's. Returns their ids."""
+    from datetime import UTC, datetime
+
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        WorkPoolFilter,
+        WorkPoolFilterName,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Scheduled
+
+    from flows.up_processes import POOL
+    from models.worker_beat import live_runs
+
+    live = await anyio.to_thread.run_sync(live_runs)  # first: a run taken since is listed
+    window = get_settings().worker_alive_seconds if older_than is None else older_than
+    cutoff = datetime.now(UTC) - timedelta(seconds=window)
+    handed: list[str] = []
+    async with get_client() as client:
+        pending = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.PENDING]))
+            ),
+            work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[POOL])),
+            limit=PAGE,
+        )
+        for run in pending:
+            if run.state is None or run.state.timestamp > cutoff or str(run.id) in live:
+                continue
+            state: Any = Scheduled(message="handed back: the worker that took it died")
+            await client.set_flow_run_state(run.id, state, force=True)
+            handed.append(str(run.id))
+    return handed
+
+
 @flow(
     name=FLOW_NAME,
     description="Checks every team: members offline, tasks late, runs dead; alarms the lead.",
     retries=0,
     persist_result=False,
 )
-async def watchdog() -> dict[str, Any]:
-    """Checks every team once and alarms each team's lead of each new problem.
+async def watchdog(checks: int = 1, every: float | None = None) -> dict[str, Any]:
+    """Checks every team `checks` times, `every` seconds apart (default `every_s()`), and
+    alarms each team's lead of each new problem; each check is one line of the run's log.
 
     Returns:
         `alarms`: the keys of the alarms delivered by this run (`offline:{team}:{member}`,
         `deadline:{task-id}`, `crashed:{run-id}`); `dead_runs`: the dead runs it saw.
     """
     logger = get_run_logger()
-    dead = await dead_runs()
-    due = await anyio.to_thread.run_sync(partial(store.scan, dead_runs=dead))
-    delivered = []
-    for alarm in due:
-        if await deliver(alarm):
-            delivered.append(alarm.key)
-            logger.warning("ALARM %s: %s", alarm.key, alarm.message)
-    return {"alarms": delivered, "dead_runs": [run.id for run in dead]}
+    pause = every or every_s()
+    delivered: list[str] = []
+    seen: list[str] = []
+    for n in range(1, checks + 1):
+        if n > 1:
+            await anyio.sleep(pause)
+        dead = await dead_runs()
+        panes = await anyio.to_thread.run_sync(dead_panes)
+        due = await anyio.to_thread.run_sync(partial(store.scan, dead_runs=dead, dead_panes=panes))
+        if panes:
+            # Their tasks were freed: the suspended runs that waited on them end now.
+            await resume_reported_runs()
+        await start_resumes()
+        for orphan in await end_orphans():
+            logger.info("subflow run %s marked Crashed: its parent run died", orphan)
+        for stranded in await hand_back_stranded():
+            logger.info("run %s handed back to the pool: the worker that took it died", stranded)
+        new = []
+        for alarm in due:
+            if await deliver(alarm):
+                new.append(alarm.key)
+                logger.warning("ALARM %s: %s", alarm.key, alarm.message)
+        logger.info("check %d of %d: %s", n, checks, f"{len(new)} alarm(s)" if new else "all well")
+        delivered += new
+        seen += [run.id for run in dead if run.id not in seen]
+    return {"alarms": delivered, "dead_runs": seen}

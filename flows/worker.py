@@ -17,6 +17,9 @@ this worker, still of type `process` and pulling from the same `teamflow` pool:
 Every worker also keeps teamflow's clock for plan decisions (`flows.timers`): timeout
 policies act at their deadlines even for runs that are suspended or died.
 
+It also beats in teamflow's database, listing the runs in its process
+(`flows.worker_life`): the watchdog takes no run from a worker that still runs it.
+
 What it changes in Prefect's own worker lives in `flows.compat.prefect_worker`. A run in
 this process dies with it. Its heartbeats (`PREFECT_FLOWS_HEARTBEAT_FREQUENCY`)
 stop too, and the automation `teamflow up` installs marks it Crashed.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import importlib
 import os
 import signal
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -47,6 +51,7 @@ from flows.compat.prefect_worker import (
 )
 from flows.flow_threads import FlowThreads, run_flow_here
 from flows.timers import api_back, keep_time
+from flows.worker_life import keep_beating, keep_mirroring, running, set_worker_name
 
 POOL = "teamflow"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -147,7 +152,8 @@ class TeamflowWorker(ProcessWorkerHooks, ProcessWorker):
         if task_status is not None:
             task_status.started(os.getpid())
         try:
-            await self.flow_threads.run(run_flow_here, flow, flow_run)
+            with running(str(flow_run.id)):  # listed in this worker's own heartbeats
+                await self.flow_threads.run(run_flow_here, flow, flow_run)
         except Exception:
             self.get_flow_run_logger(flow_run).exception("teamflow worker: the run broke off")
             return ProcessWorkerResult(status_code=1, identifier=str(os.getpid()))
@@ -337,6 +343,10 @@ async def serve(pool: str = POOL, *, name: str | None = None, limit: int = DEFAU
     here = ", ".join(in_process) or "no flows"
     print(f"teamflow worker: runs {here} in this process", flush=True)
     worker = TeamflowWorker(work_pool_name=pool, name=name, limit=limit)
+    set_worker_name(worker.name)
+    stop_beating = threading.Event()
+    keep_beating(stop_beating)  # in teamflow's database: the watchdog asks it (item 4)
+    keep_mirroring(stop_beating)  # the mirror host's team files, current with other hosts'
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(worker.listen_for_runs)
@@ -345,6 +355,7 @@ async def serve(pool: str = POOL, *, name: str | None = None, limit: int = DEFAU
             await worker.start(printer=lambda *a, **k: print(*a, **k, flush=True))
             group.cancel_scope.cancel()
     finally:
+        stop_beating.set()
         await anyio.to_thread.run_sync(worker.flow_threads.close)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Self
+from typing import Any, Self
 
 import sqlalchemy as sa
 from pydantic import (
@@ -22,7 +22,7 @@ from pydantic import (
     field_validator,
 )
 from sqlmodel import Field as SQLField
-from sqlmodel import Session, SQLModel
+from sqlmodel import Session, SQLModel, col
 
 from models.base import SnakeWireModel, Timestamp, json_column, table_of, utc_column, utcnow
 from models.knowledge import ElmoStatus
@@ -278,3 +278,35 @@ class ExperienceLogRow(SQLModel, table=True):
                 "updated_at": self.updated_at,
             }
         )
+
+
+# --- reading what a task's executions left -------------------------------------------------
+
+
+def task_experience(task_id: str, *, session: Session | None = None) -> list[ExperienceLog]:
+    """The `000` Experience Logs of a task's executions (one per member run), oldest first."""
+    from sqlmodel import select
+
+    from models.db import session_scope
+
+    with session_scope(session) as s:
+        rows = s.exec(
+            select(ExperienceLogRow)
+            .where(ExperienceLogRow.task_id == str(task_id))
+            .order_by(col(ExperienceLogRow.start_time))
+        )
+        return [row.to_wire() for row in rows]
+
+
+def task_feedback(task_id: str, *, session: Session | None = None) -> list[Any]:
+    """The `000` Feedback (stdout, stderr, exit code) its executions' experience logs name."""
+    from models.db import session_scope
+    from models.tool import FeedbackRow
+
+    with session_scope(session) as s:
+        found = []
+        for log in task_experience(task_id, session=s):
+            row = s.get(FeedbackRow, log.feedback_id)
+            if row is not None:
+                found.append(row.to_wire())
+        return found

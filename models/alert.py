@@ -167,7 +167,7 @@ def check_alert(
     session: Session | None = None,
 ) -> None:
     """Raises `AlertError`/`TeamError` (one line) unless an alert with these may be set."""
-    if not _NAME.match(name or ""):
+    if not _NAME.fullmatch(name or ""):
         raise AlertError(
             f"{name!r} is not an alert name: 1-128 letters, digits, '_', '.' or '-', "
             "starting with a letter or digit"

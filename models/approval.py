@@ -83,6 +83,15 @@ class PlanApproval(SQLModel, table=True):
     escalated_at: Any = Field(default=None, sa_column=utc_column())
     decided_at: Any = Field(default=None, sa_column=utc_column())
     decided_by: str | None = Field(default=None, max_length=64)
+    decided_via: str | None = Field(
+        default=None, max_length=16, description="How: api, mcp, link, cli, ui or system"
+    )
+    decided_identity: str | None = Field(
+        default=None,
+        max_length=128,
+        description="Who, as the door verified it: user:NAME, member:NAME, local (cli: as "
+        "declared), ui (the Prefect form: unverified)",
+    )
     feedback: str | None = Field(default=None, sa_column=sa.Column(sa.Text))
     cause: str | None = Field(
         default=None, max_length=255, description="Why it ended as it did (decision, timeout...)"
@@ -127,6 +136,8 @@ class PlanApproval(SQLModel, table=True):
             "escalatedAt": _iso(self.escalated_at),
             "decidedAt": _iso(self.decided_at),
             "decidedBy": self.decided_by,
+            "decidedVia": self.decided_via,
+            "decidedIdentity": self.decided_identity,
             "feedback": self.feedback,
             "cause": self.cause,
             "respondedAt": _iso(self.responded_at),
@@ -212,7 +223,8 @@ def request_plan(
             if existing is not None:
                 if (existing.team, existing.member) != (team, member):
                     raise ApprovalError(f"request id {request_id} is taken")
-                if flow_run_id and not existing.flow_run_id:
+                # A resumed team task asks again with the id it recorded: the new run waits.
+                if flow_run_id and existing.flow_run_id != flow_run_id and existing.is_open:
                     existing.flow_run_id = flow_run_id
                     s.add(existing)
                 return existing
@@ -380,9 +392,14 @@ def decide(
     approve: bool,
     decider: str,
     feedback: str | None = None,
+    via: str | None = None,
+    identity: str | None = None,
     session: Session | None = None,
 ) -> PlanApproval:
     """Records the decision on a plan, once, and sends the member its response.
+
+    `via` says how it came in (api, mcp, link, cli, ui) and `identity` who made it as the
+    door verified it (`user:NAME`, `member:NAME`, `local`); both are kept with it.
 
     A denial at the team's revision limit ends the request `rejected`. The decision and the
     `plan_approval_response` are written in one transaction, so the response goes out
@@ -398,9 +415,11 @@ def decide(
         check_decider(request, decider, config)
         if approve:
             return close_request(request, ApprovalStatus.APPROVED, decider, feedback,
-                          f"approved by {decider}", session=s)  # fmt: skip
+                          f"approved by {decider}", via=via, identity=identity,
+                          session=s)  # fmt: skip
         status, cause = denial(request, config, f"denied by {decider}")
-        return close_request(request, status, decider, feedback, cause, session=s)
+        return close_request(request, status, decider, feedback, cause, via=via,
+                             identity=identity, session=s)  # fmt: skip
 
 
 def denial(
@@ -422,6 +441,8 @@ def close_request(
     feedback: str | None,
     cause: str,
     *,
+    via: str | None = None,
+    identity: str | None = None,
     session: Session,
 ) -> PlanApproval:
     """The conditional update that lets one decision win, then the response, in one go."""
@@ -438,6 +459,8 @@ def close_request(
                 decided_by=decider,
                 feedback=feedback,
                 cause=cause[:255],
+                decided_via=via or ("system" if decider == SYSTEM else None),
+                decided_identity=identity,
             )
         )
     )

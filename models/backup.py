@@ -1,9 +1,6 @@
-"""Moving a team in and out: import a `004` folder, export it, back it up, restore it.
+"""Moving a team in and out: back it up, restore it (and, from `models.team_folder`, import
+a `004` folder and export it).
 
-- `import_team(DIR)`: an existing team folder (`config.json` and `inboxes/*.json`) becomes a
-  teamflow team. Everything is validated first; a malformed file aborts the import with the
-  file, the field and the reason, and nothing is written.
-- `export_team(NAME, DIR)`: the team's `config.json` and inboxes, as teamflow mirrors them.
 - `backup(NAME, FILE)`: a `.tar.gz` of `teams/{team}` and `tasks/{team}` and a dump of every
   database row of the team (`teamflow-backup.json`), with the places of its tasks in projects
   (their `000` contexts) and the definitions of those projects.
@@ -30,34 +27,37 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
 from models import limits, mirror
-from models.base import UTCDateTime, check_member_name, check_team_name, table_of, utcnow
+from models.base import UTCDateTime, check_team_name, table_of, utcnow
 from models.db import session_scope
 from models.inbox_files import refresh_file
-from models.inbox_message import InboxError, InboxMessage, check_text
-from models.inbox_table import InboxCounter, InboxRow
+from models.inbox_message import InboxError, check_text
+from models.inbox_table import InboxRow
 from models.knowledge import ContextRow
-from models.limits import LimitError, loads_json, read_capped
+from models.limits import LimitError, loads_json
 from models.membership import delete_team
 from models.memory import MemoryRow, memories_changed, vector_bytes
 from models.project import ProjectDefinition, ProjectRow
+from models.restore_rows import RowError, check_rows
+from models.runtime_trust import untrusted
 from models.tables import clear_rows, metadata, team_rows
-from models.team import Member, Team, TeamError, _write_config, config_of, get_team
-from models.team_config import TeamConfig
+from models.task import TaskPriority, TaskState
+from models.team import Member, Team, TeamError, _write_config, get_team
+from models.team_folder import (  # noqa: F401  (import and export: `models.team_folder`)
+    BackupError,
+    export_team,
+    import_team,
+    read_team_folder,
+)
 from models.wire_support import error_lines
 
 DUMP = "teamflow-backup.json"
 MEMORIES: sa.Table = table_of(MemoryRow)
 CONTEXTS: sa.Table = table_of(ContextRow)
 BACKUP_FORMAT = 1
-_Inbox = TypeAdapter(list[InboxMessage])
-
-
-class BackupError(ValueError):
-    """A folder or archive teamflow refuses; says which file and why."""
 
 
 @dataclass(frozen=True)
@@ -68,114 +68,8 @@ class Restored:
     team: str
     projects_added: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-# --- import and export ---------------------------------------------------------------------
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return loads_json(read_capped(path).decode("utf-8"), what=str(path))
-    except FileNotFoundError:
-        raise BackupError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise BackupError(f"{path}: a folder, not a file") from None
-    except LimitError as exc:
-        raise BackupError(str(exc)) from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BackupError(f"{path}: not valid JSON: {exc}") from None
-
-
-def read_team_folder(folder: Path) -> tuple[TeamConfig, dict[str, list[InboxMessage]]]:
-    """Reads and validates a `004` team folder; `BackupError` names the file and field."""
-    config_file = folder / "config.json"
-    try:
-        config = TeamConfig.model_validate(_read_json(config_file))
-    except ValidationError as exc:
-        raise BackupError(f"{config_file}: {error_lines(exc)[0]}") from None
-    names = {m.name for m in config.members}
-    inboxes: dict[str, list[InboxMessage]] = {}
-    inbox_folder = folder / "inboxes"
-    for path in sorted(inbox_folder.glob("*.json")) if inbox_folder.is_dir() else []:
-        if path.is_symlink():
-            raise BackupError(f"{path}: a symlink; refusing to follow it")
-        member = path.stem
-        try:
-            check_member_name(member)
-        except ValueError as exc:
-            raise BackupError(f"{path}: {exc}") from None
-        if member not in names:
-            raise BackupError(f"{path}: {member!r} is not a member in config.json")
-        data = _read_json(path)
-        if not isinstance(data, list):
-            raise BackupError(f"{path}: an inbox file must be a JSON array")
-        try:
-            inboxes[member] = _Inbox.validate_python(data)
-        except ValidationError as exc:
-            raise BackupError(f"{path}: entry {error_lines(exc)[0]}") from None
-        seen: set[str] = set()
-        for i, entry in enumerate(inboxes[member]):
-            if entry.message_id in seen:
-                raise BackupError(
-                    f"{path}: entry [{i}].messageId: {entry.message_id!r} is a duplicate"
-                )
-            if entry.message_id is not None:
-                seen.add(entry.message_id)
-            try:
-                check_text(entry.text)
-            except InboxError as exc:
-                raise BackupError(f"{path}: entry [{i}].text: {exc}") from None
-    return config, inboxes
-
-
-def import_team(folder: Path, *, session: Session | None = None) -> Team:
-    """Imports an existing `004` team folder; validates everything before writing anything."""
-    config, inboxes = read_team_folder(Path(folder))
-    with session_scope(session) as s:
-        if s.get(Team, config.name) is not None:
-            raise TeamError(f"team {config.name!r} exists already")
-        lead = _lead_of(config)
-        team = Team.from_wire(config, lead=lead)
-        s.add(team)
-        s.flush()
-        for position, member in enumerate(config.members):
-            s.add(Member.from_wire(config.name, member, position=position))
-            entries = inboxes.get(member.name, [])
-            s.add(InboxCounter(team=config.name, member=member.name, seq=len(entries)))
-            for seq, entry in enumerate(entries, start=1):
-                row = InboxRow.from_entry(config.name, member.name, entry)
-                row.seq = seq
-                s.add(row)
-            mirror.mark("inbox", (config.name, member.name), session=s)
-        mirror.mark("config", (config.name,), session=s)
-        return team
-
-
-def _lead_of(config: TeamConfig) -> str:
-    lead_id = (config.model_extra or {}).get("leadAgentId")
-    if isinstance(lead_id, str) and "@" in lead_id:
-        return lead_id.split("@", 1)[0]
-    return "team-lead"
-
-
-def export_team(name: str, folder: Path, *, session: Session | None = None) -> Path:
-    """Writes the team's `config.json` and `inboxes/*.json` into `folder`."""
-    folder = Path(folder)
-    with session_scope(session) as s:
-        team = get_team(name, session=s)
-        config = config_of(team, session=s).to_wire()
-        inboxes = {}
-        for member in config["members"]:
-            rows = s.exec(
-                select(InboxRow)
-                .where(col(InboxRow.team) == name, col(InboxRow.recipient) == member["name"])
-                .order_by(col(InboxRow.seq))
-            )
-            inboxes[member["name"]] = [r.entry_dict() for r in rows]
-    mirror.write_atomic(folder / "config.json", mirror.dump_json(config))
-    for member, entries in inboxes.items():
-        mirror.write_atomic(folder / "inboxes" / f"{member}.json", mirror.dump_json(entries))
-    return folder
+    untrusted: list[str] = field(default_factory=list)
+    """Members restored without their runtime (`models.runtime_trust`), one line each."""
 
 
 # --- backup and restore --------------------------------------------------------------------
@@ -257,12 +151,14 @@ def _no_links(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
     return info
 
 
-def restore(archive: Path, *, force: bool = False) -> Restored:
+def restore(archive: Path, *, force: bool = False, trust_runtimes: bool = False) -> Restored:
     """Restores a team from a `backup` archive, its tasks' places in projects included (see
     the module docstring); says what it did.
 
     Refuses an existing team unless `force` (which replaces it), and any archive member that
-    is a link, a device, absolute, or outside `teams/{team}` and `tasks/{team}`.
+    is a link, a device, absolute, or outside `teams/{team}` and `tasks/{team}`. A member's
+    runtime that runs a program or calls an endpoint this database does not hold for it is
+    left out unless `trust_runtimes` (a note says which, `models.runtime_trust`).
     """
     try:
         tar = tarfile.open(Path(archive), "r:gz")  # noqa: SIM115 (closed by the `with` below)
@@ -283,6 +179,10 @@ def restore(archive: Path, *, force: bool = False) -> Restored:
         name = check_team_name(str(dump.get("team", "")))
         members = _checked_members(infos, name, archive)
         rows_by_table = _checked_rows(dump.get("rows"), name, archive)
+        try:  # every row held to what its store holds it to, before anything is written
+            check_rows(rows_by_table, skip=frozenset({"memories.vector"}))
+        except RowError as exc:
+            raise BackupError(f"{archive}: {DUMP}: {exc}") from None
         projects = _checked_projects(dump.get("projects", []), archive)
         # One transaction: the old team goes only if the backup's rows go in.
         try:
@@ -290,6 +190,12 @@ def restore(archive: Path, *, force: bool = False) -> Restored:
                 exists = s.get(Team, name) is not None
                 if exists and not force:
                     raise TeamError(f"team {name!r} exists; restore with --force to replace it")
+                member_rows = rows_by_table.get("members", [])
+                runtimes = [(str(m.get("name")), m.get("runtime")) for m in member_rows]
+                refused = untrusted(name, runtimes, trust=trust_runtimes, session=s)
+                for row in member_rows:
+                    if row.get("name") in refused:
+                        row["runtime"] = {}
                 if exists:
                     delete_team(name, session=s)
                 clear_rows(name, session=s)  # rows of a team deleted before, keyed by agent id
@@ -311,6 +217,7 @@ def restore(archive: Path, *, force: bool = False) -> Restored:
                 if MEMORIES.name in rows_by_table:  # no process's cached vectors of it hold
                     memories_changed(name, session=s)
                 _check_restored_config(s, name, archive)
+                restored.untrusted.extend(refused.values())
         except (sa.exc.StatementError, TypeError, ValueError) as exc:
             if isinstance(exc, TeamError | BackupError):
                 raise
@@ -439,9 +346,29 @@ def _checked_rows(rows: Any, team: str, archive: Path) -> dict[str, list[dict[st
                 )
             if table_name == InboxRow.__tablename__:
                 _check_message_row(row, archive)
+            if table_name == "tasks":
+                _check_task_row(row, archive)
             if table_name == CONTEXTS.name and not isinstance(row.get("project_id"), str):
                 raise BackupError(f"{archive}: {DUMP}: a row of {table_name} has no project_id")
     return rows
+
+
+def _check_task_row(row: dict[str, Any], archive: Path) -> None:
+    """A restored task is held to what the task store holds a task to (its status, priority,
+    title and description)."""
+    where = f"{archive}: {DUMP}: task {row.get('id')!r}"
+    for key, enum in (("status", TaskState), ("priority", TaskPriority)):
+        value = row.get(key)
+        if value is not None and value not in {e.value for e in enum}:
+            choices = ", ".join(e.value for e in enum)
+            raise BackupError(f"{where}: {key} {value!r} is not one of {choices}")
+    title, description = row.get("title"), row.get("description")
+    if not isinstance(title, str) or not 1 <= len(title) <= limits.MAX_NAME_CHARS:
+        raise BackupError(f"{where}: title must be 1-{limits.MAX_NAME_CHARS} characters")
+    if description is not None and (
+        not isinstance(description, str) or len(description) > limits.MAX_DESCRIPTION_CHARS
+    ):
+        raise BackupError(f"{where}: description over {limits.MAX_DESCRIPTION_CHARS} characters")
 
 
 def _check_message_row(row: dict[str, Any], archive: Path) -> None:

@@ -77,7 +77,7 @@ def parse_timestamp(value: Any) -> datetime:
         if value.tzinfo is None or value.utcoffset() is None:
             raise ValueError("timestamp must carry a timezone (e.g. a trailing Z)")
         return value.astimezone(UTC)
-    if not isinstance(value, str) or not _ISO_8601.match(value):
+    if not isinstance(value, str) or not _ISO_8601.fullmatch(value):
         raise ValueError("timestamp must be ISO 8601 with a timezone, e.g. 2026-02-16T10:30:00Z")
     text = value
     # Python 3.11 parses at most 6 fractional digits.
@@ -130,14 +130,14 @@ SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
 
 def check_team_name(name: str) -> str:
     """Returns `name` if it is a valid team name, else raises `ValueError` naming the rule."""
-    if not (3 <= len(name) <= 64) or not re.match(KEBAB_CASE, name):
+    if not (3 <= len(name) <= 64) or not re.fullmatch(KEBAB_CASE, name):
         raise ValueError(f"{name!r} is not a team name: kebab-case, 3-64 characters")
     return name
 
 
 def check_member_name(name: str) -> str:
     """Returns `name` if it is a valid member name, else raises `ValueError` naming the rule."""
-    if not re.match(SAFE_NAME, name):
+    if not re.fullmatch(SAFE_NAME, name):
         raise ValueError(
             f"{name!r} is not a member name: 1-64 letters, digits, '-' or '_', "
             "starting with a letter or digit"

@@ -332,9 +332,16 @@ def conversations_of(
 
 
 def append_message(
-    *, session: Session, agent_id: str, conversation_id: str | None, message: ConversationMessage
+    *,
+    session: Session,
+    agent_id: str,
+    conversation_id: str | None,
+    message: ConversationMessage,
+    tool_calls: list[Any] | None = None,
+    tool_results: list[Any] | None = None,
 ) -> MessageRow:
-    """Adds `message` at the end of its conversation (flushed, not committed).
+    """Adds `message` at the end of its conversation (flushed, not committed); `tool_calls`
+    and `tool_results` fill the seed's JSON columns of the same names (None: left empty).
 
     Raises `ValueError` if `message.index` is not the next position or its turn is less than
     the last message's, so a stored conversation always reads back as a valid `Conversation`.
@@ -350,6 +357,10 @@ def append_message(
     if last is not None and message.turn < last.turn:
         raise ValueError(f"message turn {message.turn} is less than the last turn {last.turn}")
     row = MessageRow.from_wire(message, agent_id=agent_id, conversation_id=conversation_id)
+    if tool_calls:
+        row.tool_calls = json.dumps(tool_calls, ensure_ascii=False)
+    if tool_results:
+        row.tool_results = json.dumps(tool_results, ensure_ascii=False)
     session.add(row)
     session.flush()
     return row

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlmodel import Session
 
 from models.settings import get_settings
+
+T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 MIGRATIONS = Path(__file__).parent / "migrations"
@@ -136,6 +138,27 @@ def session_scope(session: Session | None = None) -> Iterator[Session]:
         new.commit()
 
 
+def in_transaction(what: str, work: Callable[[Session], T]) -> T:
+    """`work(session)` in a transaction of its own, made again from the start while it fails
+    with a transient database error (SQLite locked, a PostgreSQL serialization failure or a
+    lost connection), for at most `TEAMFLOW_RETRY_SECONDS`.
+
+    A session's transaction is retried whole, never from its middle: `work` must do all of
+    its transaction's reads and writes, and nothing outside the database that may not
+    happen twice.
+
+    Raises:
+        models.retry.GaveUp: Still failing when the time was up (one line).
+    """
+    from models.retry import retrying
+
+    def attempt() -> T:
+        with session_scope() as session:
+            return work(session)
+
+    return retrying(what, attempt)
+
+
 def replace_row(row: Any, key: Any, *, session: Session) -> None:
     """Adds `row`, or copies its fields onto the stored row with primary key `key` (flushed)."""
     stored = session.get(type(row), key)
@@ -162,6 +185,7 @@ def alembic_config(url: str | None = None):
 def upgrade(url: str | None = None, revision: str = "head") -> None:
     """Applies the migrations up to `revision` (default: the newest)."""
     from alembic import command
+    from alembic.util.exc import CommandError
 
     url = url or get_settings().database_url
     config = alembic_config(url)
@@ -169,6 +193,9 @@ def upgrade(url: str | None = None, revision: str = "head") -> None:
         with engine(url).begin() as connection:
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
+    except CommandError as exc:
+        reason = (str(exc).strip().splitlines() or ["?"])[0]
+        raise DatabaseError(f"no migration {revision!r} to go to: {reason}") from None
     except sa.exc.OperationalError as exc:
         reason = (str(exc.orig).strip().splitlines() or ["no answer"])[0]
         raise DatabaseError(f"cannot reach the database at {redact(url)}: {reason}") from None

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import sqlalchemy as sa
 from sqlmodel import Field as SQLField
@@ -255,6 +256,41 @@ def set_reason(task_id: uuid.UUID, reason: str | None, *, session: Session) -> N
 # --- tasks without assignees ------------------------------------------------------------------
 
 
+def task_needs(
+    title: str, description: str | None, params: dict | None, *, session: Session
+) -> list[str]:
+    """The capabilities (tool ids) a task asks for: its `params["capabilities"]`, else the
+    registered tools its title or description names."""
+    import re
+
+    from models.tool import list_tools
+
+    given = (params or {}).get("capabilities")
+    if isinstance(given, list):
+        return [str(c) for c in given]
+    words = set(re.findall(r"[\w.-]+", f"{title} {description or ''}"))
+    return [t.tool_id for t in list_tools(session=session) if t.tool_id in words]
+
+
+def _best_fit(session: Session, task: Any, free: list[str]) -> list[str]:
+    """The idle members, those whose capabilities match the task's needs first."""
+    from models.notify import matching
+
+    needs = task_needs(task.title, task.description, task.params, session=session)
+    if not needs or len(free) < 2:
+        return free
+    members = table_of(Member)
+    runtimes: dict[str, Any] = {
+        name: runtime
+        for name, runtime in session.execute(
+            sa.select(members.c.name, members.c.runtime).where(
+                members.c.team == task.team, members.c.name.in_(free)
+            )
+        ).all()
+    }
+    return matching(needs, [(n, runtimes.get(n)) for n in free], session=session)
+
+
 def idle_members(team: str, usable: Callable[[dict], bool], *, session: Session) -> list[str]:
     """The team's members free to take a task: active, not the lead, runtime usable, not
     running a task and not assigned to a task in progress; in the team's order."""
@@ -296,8 +332,10 @@ def before_claim(
     """In the transaction of a run's claim: the task's assignees, and why it must stay
     pending (None: it may be claimed).
 
-    Open blockers keep it pending. A pending task without assignees gets the first idle
-    member (`idle_members`); its row is locked first, so of two runs at most one assigns.
+    Open blockers keep it pending. A pending task without assignees gets an idle member
+    (`idle_members`): the first whose tools cover most of what the task needs
+    (`task_needs`), else the first; its row is locked first, so of two runs at most one
+    assigns.
     """
     from models.task import TaskAssigneeRow
 
@@ -316,7 +354,11 @@ def before_claim(
     if blockers:
         return current(), describe_open(blockers)
     row = session.execute(
-        sa.select(_tasks.c.team, _tasks.c.status).where(_tasks.c.id == task_id).with_for_update()
+        sa.select(
+            _tasks.c.team, _tasks.c.status, _tasks.c.title, _tasks.c.description, _tasks.c.params
+        )
+        .where(_tasks.c.id == task_id)
+        .with_for_update()
     ).first()
     names = current()
     if names or row is None or row.status != TaskState.PENDING.value:
@@ -324,5 +366,6 @@ def before_claim(
     free = idle_members(row.team, usable, session=session)
     if not free:
         return [], NO_IDLE_MEMBER
+    free = _best_fit(session, row, free)
     session.execute(sa.insert(assignees).values(task_id=task_id, assignee_id=free[0], position=0))
     return [free[0]], None

@@ -52,6 +52,7 @@ FORMATS: dict[str, Format] = {
         Format("000/tool-definition", "000 Tool Definition", "models.tool:ToolDefinition"),
         Format("000/feedback", "000 Feedback", "models.tool:Feedback"),
         Format("000/message", "000 Message", "models.notification:Message"),
+        Format("000/messages", "000 Messages (an inbox)", "models.notification:Message", many=True),
         Format("000/project", "000 Project Definition", "models.project:ProjectDefinition"),
         Format(
             "000/agent-configuration", "000 Agent Configuration", "models.agent:AgentConfiguration"
@@ -62,6 +63,12 @@ FORMATS: dict[str, Format] = {
         Format("001/task-create", "001 TaskCreate", "models.task:TaskCreate"),
         Format("001/task", "001 Task", "models.task:Task"),
         Format("001/notification", "001 Notification", "models.notification:NotificationAdapter"),
+        Format(
+            "001/notifications",
+            "001 Notifications (an inbox)",
+            "models.notification:Notification",
+            many=True,
+        ),
         Format("001/tool-result", "001 ToolResult", "models.tool:ToolResult"),
         Format("001/memory", "001 Memory object", "models.memory:Memory"),
         Format("001/api-success", "001 API success response", "models.api:SuccessResponse"),

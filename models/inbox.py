@@ -8,17 +8,21 @@ marks the member's inbox file, which `models.inbox_files` brings up to date afte
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from pydantic import ValidationError
 from sqlmodel import Session, col, select
 
 # Imported for its writer too: each change below marks an inbox file for it to write.
-from models import inbox_files  # noqa: F401
+from models import (
+    inbox_files,  # noqa: F401
+    limits,
+)
 from models.base import check_member_name, table_of, utcnow
 from models.db import session_scope
 from models.inbox_message import (
+    NOTIFICATION_TYPES,
     InboxError,
     InboxMessage,
     MessageColor,
@@ -27,6 +31,7 @@ from models.inbox_message import (
     check_text,
 )
 from models.inbox_table import (
+    ATTRIBUTES,
     COLUMNS,
     InboxCounter,
     InboxRow,
@@ -39,6 +44,9 @@ from models.inbox_table import (
 from models.mirror import mark
 from models.team import Member, get_member, get_team, list_members
 from models.wire_support import error_lines
+
+if TYPE_CHECKING:
+    from models.identity import Principal
 
 
 def create_inbox(team: str, member: str, *, session: Session) -> None:
@@ -57,6 +65,7 @@ def send(
     type: str | None = None,
     metadata: dict[str, Any] | None = None,
     payload: dict[str, Any] | None = None,
+    who: Principal | None = None,
     session: Session | None = None,
 ) -> InboxRow:
     """Puts a message in one active member's inbox and returns it.
@@ -64,9 +73,14 @@ def send(
     The sender is a member of the team or `system`; the message gets a unique `messageId`,
     a UTC timestamp and the sender's colour. Refused (`InboxError`/`TeamError`, nothing
     written) for an unknown or shut-down recipient, an unknown sender, an unknown type or
-    a text over the size limit.
+    a text over the size limit; and (`Forbidden`) when the caller `who` may not send as
+    `sender` (a member sends only as itself). `who` None: teamflow itself sends. A `001`
+    notification type (`status_update`, ...) needs a valid payload of that type: `payload`,
+    or else the JSON of `text`.
     """
+    payload = notification_payload(type, text, payload)
     with session_scope(session) as s:
+        _authorize(who, "message.send", team, sender, session=s)
         color = _check_route(s, team, to, sender)
         return _deliver(s, team, to, sender, color, text, summary, type, metadata, payload)
 
@@ -82,8 +96,14 @@ def send_many(
     """
     with session_scope(session) as s:
         colors: dict[tuple[str, str], str] = {}
+        payloads: list[dict[str, Any] | None] = []
         for i, item in enumerate(messages):
             try:
+                payloads.append(
+                    notification_payload(
+                        item.get("type"), item.get("text", ""), item.get("payload")
+                    )
+                )
                 route = (item["to"], item["sender"])
                 if route not in colors:
                     colors[route] = _check_route(s, team, *route)
@@ -104,7 +124,7 @@ def send_many(
                     _deliver(
                         s, team, item["to"], item["sender"], colors[(item["to"], item["sender"])],
                         item["text"], item.get("summary"), item.get("type"),
-                        item.get("metadata"), item.get("payload"), seq=after[item["to"]],
+                        item.get("metadata"), payloads[i], seq=after[item["to"]],
                     )
                 )  # fmt: skip
             except ValueError as exc:
@@ -120,10 +140,13 @@ def broadcast(
     summary: str | None = None,
     type: str | None = None,
     metadata: dict[str, Any] | None = None,
+    who: Principal | None = None,
     session: Session | None = None,
 ) -> list[InboxRow]:
-    """Sends one message to every active member of the team but the sender."""
+    """Sends one message to every active member of the team but the sender (refused, as
+    `send`, when the caller `who` may not send as `sender`)."""
     with session_scope(session) as s:
+        _authorize(who, "message.send", team, sender, session=s)
         color = _sender_color(s, team, sender)
         members = [m for m in list_members(team, active=True, session=s) if m.name != sender]
         return [
@@ -161,11 +184,12 @@ def send_payload(
     payload: TeamPayload,
     summary: str | None = None,
     metadata: dict[str, Any] | None = None,
+    who: Principal | None = None,
     session: Session | None = None,
 ) -> InboxRow:
     """Sends a typed message: its JSON is the entry's `text`, its `type` the entry's type."""
     message = payload_message(payload, to=to, sender=sender, summary=summary, metadata=metadata)
-    return send(team, **message, session=session)
+    return send(team, **message, who=who, session=session)
 
 
 def send_system_init(team: str, member: str, prompt: str, *, session: Session) -> InboxRow:
@@ -183,21 +207,82 @@ def messages(
     unread: bool = False,
     sender: str | None = None,
     mark_read: bool = False,
+    who: Principal | None = None,
     session: Session | None = None,
 ) -> list[InboxRow]:
-    """A member's messages, oldest first; `mark_read` marks the ones returned as read."""
+    """A member's messages, oldest first; `mark_read` marks the ones returned as read.
+    Refused (`Forbidden`) when the caller `who` may not read this inbox (a member reads
+    only its own); `who` None: teamflow itself reads."""
     with session_scope(session) as s:
-        get_team(team, session=s)
-        get_member(team, member, session=s)
-        query = select(InboxRow).where(InboxRow.team == team, InboxRow.recipient == member)
-        if unread:
-            query = query.where(InboxRow.read == sa.false())
-        if sender is not None:
-            query = query.where(InboxRow.sender == sender)
-        rows = list(s.exec(query.order_by(col(InboxRow.seq))))
+        _authorize(who, "inbox.read", team, member, session=s)
+        params = {"team": team, "member": member, "sender": sender}
+        result = execute(_messages_statement(unread, sender is not None), params, session=s)
+        rows = [_row(team, member, values) for values in result.all()]
+        if not rows:  # why none: no such team or member, or none there
+            get_team(team, session=s)
+            get_member(team, member, session=s)
         if mark_read:
-            set_read(team, member, [r.message_id for r in rows if not r.read], session=s)
+            unread_rows = [r for r in rows if not r.read]
+            set_read(team, member, [r.message_id for r in unread_rows], session=s)
+            for r in unread_rows:
+                r.read = True
         return rows
+
+
+def _row(team: str, member: str, values: Any) -> InboxRow:
+    """An `InboxRow` from a Core row of `_statement("messages")`, built as the ORM's loader
+    builds one (no validation, no events) but without its identity map and per-row
+    machinery: the unread query's cost was that, not its SQL."""
+    row = _new_row()
+    fields = row.__dict__
+    fields.update(zip(_MESSAGE_ATTRIBUTES, values, strict=True))
+    fields["team"] = team
+    fields["recipient"] = member
+    return row
+
+
+_new_row = sa.inspect(InboxRow).class_manager.new_instance
+_MESSAGE_ATTRIBUTES = [name for name in ATTRIBUTES.values() if name not in ("team", "recipient")]
+"""What the message query reads: every attribute but the two its caller names."""
+
+
+VIEW_FORMATS = ("004", "001", "000")
+"""The three forms of a message: `004` inbox entry, `001` notification, `000` Message."""
+
+
+def view(rows: list[InboxRow], fmt: str = "004") -> list[dict[str, Any]]:
+    """Messages in one of their three forms, JSON-ready: `004` inbox entries, `001`
+    notifications or `000` Messages (`InboxError` for another format)."""
+    if fmt == "004":
+        return [r.entry_dict() for r in rows]
+    if fmt == "001":
+        from models.notification import NotificationAdapter
+
+        return [NotificationAdapter.dump_python(r.to_notification(), mode="json") for r in rows]
+    if fmt == "000":
+        return [r.to_message().model_dump(mode="json") for r in rows]
+    raise InboxError(f"unknown format {fmt!r}; formats: {', '.join(VIEW_FORMATS)}")
+
+
+def mark_junk(
+    team: str, member: str, message_id: str, *, junk: bool = True, session: Session | None = None
+) -> InboxRow:
+    """Sets (or clears) a message's `000` status `junk`; returns the message."""
+    with session_scope(session) as s:
+        get_member(team, member, session=s)
+        row = s.exec(
+            select(InboxRow).where(
+                InboxRow.team == team,
+                InboxRow.recipient == member,
+                InboxRow.message_id == message_id,
+            )
+        ).first()
+        if row is None:
+            raise InboxError(f"{member!r} has no message {message_id!r}")
+        row.junk = junk
+        s.add(row)
+        s.flush()
+        return row
 
 
 def unread_counts(team: str, *, session: Session) -> dict[str, int]:
@@ -239,6 +324,28 @@ def mark_read(
             if missing:
                 raise InboxError(f"{member!r} has no message {missing[0]!r}")
         return set_read(team, member, message_ids, session=s)
+
+
+def notification_payload(
+    kind: str | None, text: str, payload: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """The payload a message of type `kind` carries: for a `001` notification type, checked
+    against its `001` model (`payload`, or else the JSON of `text`); `InboxError` if bad."""
+    if kind not in NOTIFICATION_TYPES:
+        return payload
+    from models.notification import check_payload  # jsonschema, tasks: only when needed
+
+    return check_payload(kind, text if payload is None else payload)
+
+
+def _authorize(
+    who: Principal | None, action: str, team: str, target: str, *, session: Session
+) -> None:
+    """`models.identity.authorize` for a caller; nothing for teamflow's own sends (None)."""
+    if who is not None:
+        from models.identity import authorize
+
+        authorize(who, action, team, target, session=session)
 
 
 def _check_route(session: Session, team: str, to: str, sender: str) -> str:
@@ -309,6 +416,7 @@ def _deliver(
     seq: int | None = None,
 ) -> InboxRow:
     check_text(text)
+    limits.check_chars(summary, limits.MAX_SUMMARY_CHARS, what="summary")
     entry = {
         "from": sender,
         "text": text,
@@ -357,3 +465,17 @@ def _statement(name: str) -> Any:
     if name == "insert":
         return table_of(InboxRow).insert()
     raise KeyError(name)
+
+
+@functools.cache
+def _messages_statement(unread: bool, by_sender: bool) -> Any:
+    p = sa.bindparam
+    table = table_of(InboxRow)
+    query = sa.select(*(table.c[COLUMNS.get(a, a)] for a in _MESSAGE_ATTRIBUTES)).where(
+        table.c.team == p("team"), table.c.recipient == p("member")
+    )
+    if unread:
+        query = query.where(table.c.read == sa.false())
+    if by_sender:
+        query = query.where(table.c.sender == p("sender"))
+    return query.order_by(table.c.seq)

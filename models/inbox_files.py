@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import ValidationError
 
-from models import db, file_swap, mirror
+from models import db, file_swap, inbox_flags, mirror
 from models.base import format_js_timestamp, table_of
 from models.db import session_scope
 from models.inbox_message import InboxError, InboxMessage, check_text
@@ -170,6 +170,10 @@ def refresh_file(
                     (seq, version), fetched = found
                     if mine is not None and (seq, version) == (mine.seq, mine.version):
                         break  # another writer already wrote this version
+                    if ours and state and seq == state.seq and version > state.version and not bad:
+                        patched = _patch_flags(team, member, path, state, version)
+                        if patched:
+                            break
                     read = (conn, team, member, since, fetched, seq)
                     swapped = None
                     if spare is not None and _appended_since(spare, seq, version):
@@ -187,6 +191,7 @@ def refresh_file(
                                 data = mirror.append_bytes(old, _entries_after(*read, mine.seq))
                         if data is None:
                             data = mirror.array_bytes(_entries_after(*read, 0))
+                            log.info("teamflow: inbox file %s written whole", path)
                         swapped = file_swap.swap_in(path, data)
                 if snap is not None and snap.same_file(swapped.old_stat):
                     outside = None  # what was swapped out is the file read
@@ -222,6 +227,19 @@ def refresh_file(
             if not again:
                 break
     return taken[0], taken[1]
+
+
+def _patch_flags(team: str, member: str, path: Path, state: mirror.FileState, version: int) -> bool:
+    """Marks read in place what this process's mark-reads since the file's version marked
+    (`inbox_flags`); False (nothing changed) where the file must be written whole."""
+    rows = inbox_flags.marked(team, member, state.version, version)
+    if rows is None:
+        return False
+    patched = inbox_flags.patch(path, state, rows, version)
+    if patched is None:
+        return False
+    mirror.write_state(path, patched)
+    return True
 
 
 def _written_at(path: Path, version: int) -> bool:
@@ -336,6 +354,7 @@ def take_in(team: str, member: str, entries: list[InboxMessage]) -> tuple[int, i
             marked = set_read(team, member, to_mark, session=s)
         s.info.pop("teamflow_mirror", None)  # the caller holds the lock and writes the file
         s.info.pop("teamflow_mirror_versions", None)
+        inbox_flags.forget(s)
     return added, marked
 
 

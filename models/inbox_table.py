@@ -20,7 +20,8 @@ import sqlalchemy as sa
 from sqlmodel import Field as SQLField
 from sqlmodel import Session, SQLModel, col
 
-from models.base import format_js_timestamp, json_column, rowcount, table_of, utc_column, utcnow
+from models import inbox_flags
+from models.base import format_js_timestamp, json_column, table_of, utc_column, utcnow
 from models.inbox_message import (
     NOTIFICATION_TYPES,
     PAYLOAD_TYPES,
@@ -38,7 +39,15 @@ class InboxRow(SQLModel, table=True):
     __table_args__ = (
         sa.UniqueConstraint("team", "recipient", "seq", name="uq_inbox_messages_seq"),
         sa.UniqueConstraint("team", "recipient", "message_id", name="uq_inbox_messages_message_id"),
-        sa.Index("ix_inbox_messages_unread", "team", "recipient", "read", "seq"),
+        # The unread rows alone (migration 0013): what the unread query and count read.
+        sa.Index(
+            "ix_inbox_messages_unread",
+            "team",
+            "recipient",
+            "seq",
+            sqlite_where=sa.text("read = 0"),
+            postgresql_where=sa.text("read = false"),
+        ),
         sa.Index("ix_inbox_messages_sender", "team", "recipient", "sender"),
     )
 
@@ -106,21 +115,28 @@ class InboxRow(SQLModel, table=True):
         )
 
     def to_notification(self) -> Any:
-        """The row as a `001` notification; only notification types have this form."""
+        """The row as a `001` notification.
+
+        A message of a `001` type is that notification; any other message (plain text, a
+        `004` typed message) is what one agent said to another: an `agent_message` whose
+        `content` is the text, from the sender's agent id (`system` for the system).
+        """
         from models.notification import NotificationAdapter  # jsonschema, tasks: not for a send
 
-        if self.type not in NOTIFICATION_TYPES:
-            raise ValueError(f"message {self.message_id} of type {self.type!r} is no notification")
         recipient = self.recipient_agent_id or f"{self.recipient}@{self.team}"
+        kind, payload = self.type, self.payload
+        if kind not in NOTIFICATION_TYPES:
+            sender = self.sender if self.sender == "system" else f"{self.sender}@{self.team}"
+            kind, payload = "agent_message", {"sender_agent_id": sender, "content": self.text}
         return NotificationAdapter.validate_python(
             {
                 # 001 ids are UUIDs; teamflow's message ids are `msg-{uuid}`.
-                "notification_id": self.message_id.removeprefix("msg-"),
+                "notification_id": _uuid_of(self.message_id),
                 "timestamp": self.timestamp,
                 "recipient_agent_id": recipient,
-                "notification_type": self.type,
+                "notification_type": kind,
                 "source": self.sender,
-                "payload": self.payload,
+                "payload": payload,
             }
         )
 
@@ -153,13 +169,15 @@ class InboxRow(SQLModel, table=True):
 
         if self.payload is not None and self.category is not None:
             payload = self.payload
+        elif isinstance(self.payload, dict):  # a typed message: its payload is the content
+            payload = {"type": self.type or "text", "content": self.payload}
         else:
             payload = {"type": self.type or "text", "content": self.text}
         status = "junk" if self.junk else "read" if self.read else "sent"
         return Message.model_validate(
             {
                 "message_id": self.message_id,
-                "type": self.category or "event",
+                "type": self.category or _COMMANDS.get(self.type or "", "event"),
                 "sender": self.sender,
                 "recipient": self.recipient,
                 "timestamp": self.timestamp,
@@ -167,6 +185,29 @@ class InboxRow(SQLModel, table=True):
                 "status": status,
             }
         )
+
+
+_COMMANDS = {
+    **{
+        t: "command"
+        for t in ("task_assignment", "shutdown_request", "plan_approval_response", "user_message")
+    },
+    **{t: "log" for t in ("status_update", "idle_notification", "capability_broadcast")},
+}
+"""The `000` `type` of a message: `command` asks the recipient to act, `log` reports a
+member's state; the others are `event`s."""
+
+
+def _uuid_of(message_id: str) -> str:
+    """A message id as a `001` UUID: `msg-{uuid}` loses its prefix; an outside writer's id
+    that is no UUID becomes a stable one derived from it."""
+    import uuid
+
+    bare = message_id.removeprefix("msg-")
+    try:
+        return str(uuid.UUID(bare))
+    except ValueError:
+        return str(uuid.uuid5(uuid.NAMESPACE_URL, f"teamflow:{message_id}"))
 
 
 def entry_of(row: Any) -> dict[str, Any]:
@@ -287,12 +328,19 @@ class ResultAttributes:
 
 def bump(team: str, member: str, *, session: Session, appended: bool, by: int = 1) -> int:
     """Advances the inbox counter by `by` (row-locked until commit); returns the new `seq`."""
+    return _advance(session, team, member, appended=appended, by=by)[0]
+
+
+def _advance(
+    session: Session, team: str, member: str, *, appended: bool, by: int = 1
+) -> tuple[int, int]:
+    """`bump`: the counter's new (seq, version)."""
     params = {"the_team": team, "the_member": member, "by": by}
     result = execute(_counter_update(appended), params, session=session).first()
     if result is None:
         raise InboxError(f"team {team!r} has no inbox for {member!r}")
     mark("inbox", (team, member), version=result[1], session=session)
-    return result[0]
+    return result[0], result[1]
 
 
 def execute(statement: Any, params: dict[str, Any], *, session: Session) -> sa.CursorResult:
@@ -316,11 +364,13 @@ def set_read(team: str, member: str, message_ids: list[str] | None, *, session: 
         if not message_ids:
             return 0
         query = query.where(col(InboxRow.message_id).in_(message_ids))
-    changed = rowcount(session.exec(query.values(read=True)))
-    if changed:
-        bump(team, member, appended=False, session=session)
-        mark("inbox", (team, member), session=session)
-    return changed
+    statement = query.values(read=True).returning(col(InboxRow.seq), col(InboxRow.message_id))
+    rows = session.execute(statement).all()
+    if rows:
+        _seq, version = _advance(session, team, member, appended=False)
+        # Which entries the file needs patched: five bytes each, not the file rewritten.
+        inbox_flags.record(session, team, member, version, rows)
+    return len(rows)
 
 
 @functools.cache

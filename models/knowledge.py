@@ -270,6 +270,39 @@ def list_resources(*, session: Session | None = None) -> list[ResourceDefinition
         return [row.to_wire() for row in rows]
 
 
+def get_resource(resource_id: str, *, session: Session | None = None) -> ResourceDefinition:
+    """The stored Resource Definition `resource_id`; `KnowledgeError` if there is none."""
+    with session_scope(session) as s:
+        row = s.get(ResourceRow, resource_id)
+        if row is None:
+            raise KnowledgeError(
+                f"no resource {resource_id!r} (add it with `teamflow resource add`)"
+            )
+        return row.to_wire()
+
+
+def resource_grants(specs: list[str], *, session: Session | None = None) -> list[dict[str, Any]]:
+    """A member's resources (its `runtime.resources`) from `ID:read|write` specs: each a
+    `000` Context resource of the stored Resource Definition `ID` with the access given.
+    `KnowledgeError` (one line) for a spec that is not `ID:read|write` or an unknown id."""
+    accesses = " or ".join(a.value for a in ResourceAccess)
+    grants: dict[str, dict[str, Any]] = {}
+    with session_scope(session) as s:
+        for spec in specs:
+            resource_id, sep, access = spec.rpartition(":")
+            if not sep or not resource_id or access not in {a.value for a in ResourceAccess}:
+                raise KnowledgeError(
+                    f"--resource {spec!r} is not ID:{accesses.replace(' or ', '|')}"
+                )
+            definition = get_resource(resource_id, session=s)
+            grant = ContextResource(
+                type=definition.type, id=definition.resource_id, path=definition.path,
+                access=ResourceAccess(access),
+            )  # fmt: skip
+            grants[grant.id] = grant.model_dump(mode="json")
+    return list(grants.values())
+
+
 def add_knowledge(entry: KnowledgeEntry, *, session: Session | None = None) -> KnowledgeEntry:
     """Stores `entry`, replacing a stored entry with the same `knowledge_id`."""
     with session_scope(session) as s:
@@ -309,7 +342,7 @@ DEFAULT_SOURCE = "cli"
 
 def check_id(value: str, what: str) -> str:
     """`value` if it is an id a person can type (see `ID_RULE`); else `KnowledgeError`."""
-    if not _ID.match(value):
+    if not _ID.fullmatch(value):
         raise KnowledgeError(f"{what} {value!r} is not an id: {ID_RULE}")
     return value
 
@@ -339,7 +372,7 @@ def _content(kind: KnowledgeType, content: str) -> str | dict[str, Any]:
         if not isinstance(parsed, dict):
             raise KnowledgeError("content: a json knowledge entry's content must be a JSON object")
         return parsed
-    if kind is KnowledgeType.LINK and not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$", content):
+    if kind is KnowledgeType.LINK and not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*://\S+", content):
         raise KnowledgeError(f"content: a link is a URL (e.g. https://...), not {content!r}")
     return content
 

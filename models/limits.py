@@ -25,6 +25,13 @@ MAX_ARCHIVE_BYTES = 1024 * 1024 * 1024
 MAX_ARCHIVE_MEMBERS = 100_000
 """Files and folders in a backup archive."""
 
+MAX_SUMMARY_CHARS = 2_000
+"""A message's `summary` (the `004` preview line), whichever door it comes through."""
+MAX_DESCRIPTION_CHARS = 100_000
+"""A task's or a project's description."""
+MAX_NAME_CHARS = 500
+"""A project's name (a task's title is held to the same, by `001`'s VARCHAR(500))."""
+
 
 class LimitError(ValueError):
     """Outside data over one of teamflow's caps; the message is one line naming it."""
@@ -52,6 +59,12 @@ def read_capped(path: Path | str, cap: int | None = None, *, what: str | None = 
     if size > cap:
         raise LimitError(f"{what or path}: larger than teamflow's limit of {cap} bytes")
     return b"".join(chunks)
+
+
+def check_chars(value: str | None, cap: int, *, what: str) -> None:
+    """Refuses (`LimitError`, one line) a text of more than `cap` characters."""
+    if value is not None and len(value) > cap:
+        raise LimitError(f"{what}: {len(value)} characters; at most {cap}")
 
 
 def loads_json(data: bytes | str, *, what: str) -> Any:

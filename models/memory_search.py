@@ -95,7 +95,8 @@ class Found:
 def _words(query: str) -> list[str]:
     if len(query) > MAX_QUERY:
         raise MemoryStoreError(f"the query is {len(query)} characters; at most {MAX_QUERY}")
-    words = [w for w in re.findall(r"\w+", query.lower()) if w != "or"]
+    found = re.findall(r"\w+", query.lower())
+    words = [w for w in found if w != "or"] or found  # "or" alone is a word to look for
     if not words:
         raise MemoryStoreError("the query has no words to search for")
     return list(dict.fromkeys(words))[:MAX_QUERY_WORDS]

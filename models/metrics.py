@@ -31,7 +31,6 @@ from models import db, durations
 from models.agent import AgentStateHistoryRow
 from models.alert import AlertFiring
 from models.approval import PlanApproval
-from models.approval_metrics import approval_waits
 from models.base import table_of
 from models.inbox_table import InboxRow
 from models.metric_frames import (
@@ -50,6 +49,7 @@ from models.metric_frames import (
     time_bucket,
     window_start,
 )
+from models.metrics_headline import headline  # noqa: F401 (`teamflow metrics`' table)
 from models.task import TaskMetricsRow, TaskRow
 from models.task_status import TaskStatusRow
 from models.team import Member, Team, TeamError, check_team_name
@@ -352,9 +352,9 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     import pandas as pd
 
     I = table_of(InboxRow).c  # noqa: E741
-    # Counted from `ix_inbox_messages_unread` alone (team, recipient, read, seq); the oldest
-    # unread message is the first in inbox order (lowest seq), whose time is then looked up
-    # by its key: min(timestamp) would read every unread row from the table.
+    # Counted from `ix_inbox_messages_unread` alone (team, recipient, seq of the unread rows:
+    # migration 0013); the oldest unread message is the first in inbox order (lowest seq),
+    # whose time is then looked up by its key: min(timestamp) would read every unread row.
     counted = sa.select(
         I.team,
         I.recipient,
@@ -495,32 +495,6 @@ def liveness(
 
 
 # --- the headline ----------------------------------------------------------------------------
-
-
-def headline(team: str, since: Since = None, *, url: str | None = None) -> pd.DataFrame:
-    """What `teamflow metrics` shows, per member of `team` (and anyone with metrics):
-    tasks, failed, p50 duration, tokens, p50 plan wait (request to decision), unread, and
-    seconds busy / idle / offline (`liveness`; NaN for a member with no recorded status)."""
-    start = window_start(since)
-    work = member_work(team, start, url=url)[
-        ["team", "member", "tasks", "failed", "p50_duration_s", "tokens", "tool_calls",
-         "tool_failures"]
-    ]  # fmt: skip
-    waits = approval_waits(team, start, url=url)[["team", "member", "requests", "p50_wait_s"]]
-    waits = waits.rename(columns={"requests": "plans", "p50_wait_s": "p50_plan_wait_s"})
-    backlog = unread_backlog(team, url=url)[["team", "member", "unread"]]
-    alive = liveness(team, start, url=url)[["team", "member", "busy_s", "idle_s", "offline_s"]]
-    frame = backlog
-    for other in (work, waits, alive):
-        frame = frame.merge(other, on=["team", "member"], how="outer")
-    for column in ("tasks", "failed", "tokens", "tool_calls", "tool_failures", "plans", "unread"):
-        frame[column] = frame[column].fillna(0).astype(int)
-    for column in ("busy_s", "idle_s", "offline_s"):
-        frame[column] = frame[column].astype(float)
-    return frame[
-        ["team", "member", "tasks", "failed", "p50_duration_s", "tokens", "tool_calls",
-         "tool_failures", "plans", "p50_plan_wait_s", "unread", "busy_s", "idle_s", "offline_s"]
-    ].sort_values("member", ignore_index=True)  # fmt: skip
 
 
 def records(frame: pd.DataFrame) -> list[dict]:

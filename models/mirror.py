@@ -6,6 +6,10 @@ files are rewritten atomically (temp file in the same folder, fsync, rename) und
 on `inboxes/.lock` (or `.lock` beside `config.json`), the lock that cooperating agent-team
 tools take, so the `004` jq recipes work on the files and nothing is lost.
 
+Only the mirror host writes them (`TEAMFLOW_MIRROR`, on by default): a process with it off
+writes no team file after its commits, and the mirror host's worker writes the files those
+commits made stale (`models.mirror_follow`).
+
 An inbox file is brought up to date by appending the entries that came after the last one
 written, unless something else changed (a read flag), when it is rewritten whole. An append
 costs what the new entries cost, not the inbox's size: they are written in place into the
@@ -294,6 +298,11 @@ def register(kind: str, writer: Any) -> None:
     _writers[kind] = writer
 
 
+def writer(kind: str) -> Any:
+    """The writer registered for `kind` (`models.mirror_follow` calls it as a commit would)."""
+    return _writers[kind]
+
+
 def mark(kind: str, key: tuple, version: int | None = None, *, session: Any) -> None:
     """Asks for the `kind` files of `key` to be written once `session` commits.
 
@@ -314,7 +323,7 @@ def _after_commit(session: Any) -> None:
     # QueuePool timeouts). The files are written when the transaction has ended.
     pending = session.info.pop("teamflow_mirror", None)
     versions = session.info.pop("teamflow_mirror_versions", {})
-    if not pending:
+    if not pending or not get_settings().mirror:  # not the mirror host: no team files
         return
     committed = session.info.setdefault("teamflow_mirror_committed", {})
     for kind, keys in pending.items():
@@ -332,13 +341,40 @@ def _after_transaction_end(session: Any, transaction: Any) -> None:
     if not pending:
         return
     # Configs first: a new member's inbox folder exists before its first message.
+    failed: OSError | None = None
     for kind in sorted(pending, key=lambda k: k != "config"):
         for key in sorted(pending[kind]):
             version = versions.get((kind, key))
-            if version is None:
-                _writers[kind](*key)
-            else:
-                _writers[kind](*key, version=version)
+            try:
+                if version is None:
+                    _writers[kind](*key)
+                else:
+                    _writers[kind](*key, version=version)
+            except OSError as exc:  # a full disk, a read-only home: the others still go
+                failed = failed or FilesNotWritten.of(exc, kind, key)
+    if failed is not None:
+        raise failed
+
+
+class FilesNotWritten(OSError):
+    """The database took a change but a team file could not be written after it (a full
+    disk, a read-only home); one line naming the file. The file is brought up to date by
+    the next change written to it."""
+
+    @classmethod
+    def of(cls, exc: OSError, kind: str, key: tuple) -> FilesNotWritten:
+        # The file the user knows, not the lock or temporary file the error may name.
+        if kind == "config":
+            path = str(config_path(*key))
+        elif kind == "inbox":
+            path = str(inbox_dir(key[0]) / f"{key[1]}.json")
+        else:
+            path = str(exc.filename or team_dir(key[0]))
+        why = exc.strerror or str(exc)
+        return cls(
+            f"saved in the database, but {path} could not be written: {why} "
+            "(teamflow writes it again with the next change to it)"
+        )
 
 
 def _after_rollback(session: Any) -> None:

@@ -13,16 +13,18 @@ Neither has a table of its own: both are stored as rows of the inbox (`models.in
 
 from __future__ import annotations
 
+import json
 import uuid
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 
 from models.base import SnakeWireModel, Timestamp
+from models.inbox_message import InboxError
 from models.task import TaskPriority
 from models.tool import ToolResult
-from models.wire_support import tag_error_at
+from models.wire_support import error_lines, tag_error_at
 
 UnitFloat = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 """A float from 0.0 to 1.0."""
@@ -217,6 +219,34 @@ NOTIFICATION_CLASSES: dict[NotificationType, type[NotificationBase]] = {
     NotificationType.CAPABILITY_BROADCAST: CapabilityBroadcastNotification,
 }
 """The notification class of each `notification_type`."""
+
+PAYLOAD_CLASSES: dict[NotificationType, type[BaseModel]] = {
+    kind: cls.model_fields["payload"].annotation  # type: ignore[misc]
+    for kind, cls in NOTIFICATION_CLASSES.items()
+}
+"""The `001` payload model of each `notification_type`."""
+
+
+def check_payload(kind: str, payload: str | dict[str, Any]) -> dict[str, Any]:
+    """A notification's payload checked against the `001` model of its type.
+
+    `payload` is the payload itself or its JSON text (what `msg send --type T --text`
+    carries). Returns it as a dict, as given; `InboxError` (one line, naming the type and
+    the field) when it is not JSON or not a valid payload of `kind`.
+    """
+    data: Any = payload
+    if isinstance(payload, str):
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            raise InboxError(
+                f"a {kind} notification takes its JSON payload as the text; got: {payload[:60]!r}"
+            ) from None
+    try:
+        PAYLOAD_CLASSES[NotificationType(kind)].model_validate(data)
+    except ValidationError as exc:
+        raise InboxError(f"bad {kind} payload: " + "; ".join(error_lines(exc))) from None
+    return data
 
 
 # --- 000 message ---------------------------------------------------------------------------

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from models.agent import AgentStateRow, AgentStateStatus, change_agent_status
-from models.base import format_js_timestamp, utcnow
+from models.base import format_js_timestamp, table_of, utcnow
 from models.db import session_scope
 from models.inbox import send, unread_counts
 from models.inbox_message import MessageType
@@ -96,6 +97,29 @@ def _activity(status: str) -> AgentActivity:
         return AgentActivity.ERROR
 
 
+_CAPACITY = {AgentActivity.IDLE: 0.0, AgentActivity.BUSY: 1.0}
+"""`001` status_update `capacity` (share in use) of an activity; a member works one step at
+a time, so a busy one is fully used; offline or in error: not reported."""
+
+
+def current_task(team: str, member: str, *, session: Session) -> str | None:
+    """The title of the task in progress that `member` is assigned to, if any."""
+    from models.task import TaskAssigneeRow, TaskRow, TaskState
+
+    tasks, assignees = table_of(TaskRow), table_of(TaskAssigneeRow)
+    return session.execute(
+        sa.select(tasks.c.title)
+        .join(assignees, assignees.c.task_id == tasks.c.id)
+        .where(
+            tasks.c.team == team,
+            tasks.c.status == TaskState.IN_PROGRESS.value,
+            assignees.c.assignee_id == member,
+        )
+        .order_by(tasks.c.created_at)
+        .limit(1)
+    ).scalar()
+
+
 def tell_lead(team: str, member: Member, status: str, message: str, *, session: Session) -> None:
     """Sends the team's lead a `001` status_update from `system` about `member` (not when
     the member is the lead, or the lead is shut down)."""
@@ -105,8 +129,13 @@ def tell_lead(team: str, member: Member, status: str, message: str, *, session: 
     row = session.get(Member, (team, lead))
     if row is None or not row.is_active:
         return
+    activity = _activity(status)
     payload = StatusUpdatePayload(
-        agent_id=member.agent_id, status=_activity(status), message=message
+        agent_id=member.agent_id,
+        status=activity,
+        current_task=current_task(team, member.name, session=session),
+        capacity=_CAPACITY.get(activity),
+        message=message,
     )
     send(
         team,

@@ -37,6 +37,7 @@ from models.knowledge import (
     check_id,
     check_tags,
 )
+from models.limits import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, LimitError, check_chars
 from models.status import TASK_TO_ELMO
 from models.task import TaskRow, TaskState
 from models.wire_support import error_lines, row_values, wire_from_row
@@ -143,6 +144,11 @@ def create_project(
     """
     if not name.strip():
         raise ProjectError("name: empty")
+    try:
+        check_chars(name, MAX_NAME_CHARS, what="name")
+        check_chars(description, MAX_DESCRIPTION_CHARS, what="description")
+    except LimitError as exc:
+        raise ProjectError(str(exc)) from None
     if project_id is None:
         project_id = slug(name)
         if not project_id:

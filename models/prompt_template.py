@@ -160,6 +160,7 @@ def add_template(
         raise TemplateError("template: the text is empty")
     if len(template) > MAX_TEMPLATE_CHARS:
         raise TemplateError(f"template: {len(template)} characters; at most {MAX_TEMPLATE_CHARS}")
+    check_braces(template)
     now = utcnow()
     with session_scope(session) as s:
         _queue_for(s, template_id)
@@ -181,11 +182,33 @@ def add_template(
         raise TemplateError(f"template {template_id!r}: too many writers at once; try again")
 
 
+def check_braces(template: str) -> None:
+    """Refuses (`TemplateError`) a text whose `{{` or `}}` is not part of a `{{name}}`
+    variable (`hi {{name`): it would render as written, never filled in."""
+    rest = PLACEHOLDER.sub("", template)
+    for token in ("{{", "}}"):
+        at = rest.find(token)
+        if at >= 0:
+            near = rest[max(0, at - 10) : at + 12]
+            raise TemplateError(
+                f"template: {token!r} is not part of a {{{{name}}}} variable (near {near!r})"
+            )
+
+
+MAX_VERSION = 2**31 - 1
+"""The highest template version (a 32-bit integer, in SQLite and PostgreSQL alike)."""
+
+
 def get_template(
     template_id: str, *, version: int | None = None, session: Session | None = None
 ) -> PromptTemplate:
     """Version `version` of template `template_id` (None: the latest); `TemplateError`
     naming the template or the version when there is none."""
+    if version is not None and not 0 <= version <= MAX_VERSION:
+        raise TemplateError(
+            f"template {template_id!r} has no version {version} (versions are whole numbers "
+            f"up to {MAX_VERSION})"
+        )
     with session_scope(session) as s:
         latest = _latest(s, template_id)
         if latest is None:

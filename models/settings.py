@@ -57,6 +57,17 @@ class Settings(BaseSettings):
         description="teamflow's database (a SQLAlchemy URL, e.g. "
         "`postgresql+psycopg://user@host/db`); unset: SQLite at `$TEAMFLOW_HOME/teamflow.db`.",
     )
+    mirror: bool = Field(
+        default=True,
+        description="Whether this process writes the 004 team files under `TEAMFLOW_HOME` "
+        "and takes in what outside tools wrote there. With workers on several machines, one "
+        "host mirrors (on) and every other host sets `off` (docs/beyond-one-machine.md).",
+    )
+    mirror_follow_seconds: Annotated[Seconds, _at_least(0.05)] = Field(
+        default=2.0,
+        description="How often a worker on the mirror host writes the team files that "
+        "changes committed on other machines made stale.",
+    )
     max_message_bytes: int = Field(
         default=1024 * 1024,
         ge=1,
@@ -87,6 +98,33 @@ class Settings(BaseSettings):
         description="How long a run's heartbeats may stop before the crash automation that "
         "`teamflow up` installs marks it Crashed.",
     )
+    resume_attempts: int = Field(
+        default=3,
+        ge=0,
+        le=100,
+        description="How many times a team task whose run died is resumed from its last "
+        "completed step before it is closed as failed (0: never).",
+    )
+    resume_backoff_seconds: Seconds = Field(
+        default=5.0,
+        description="How long after its run died a task's first resume starts; each further "
+        "resume waits twice as long as the one before.",
+    )
+    retry_seconds: Seconds = Field(
+        default=60.0,
+        description="How long teamflow tries a call again while it fails with a transient "
+        "error (Prefect API 5xx, a timeout or dropped connection, SQLite locked, a PostgreSQL "
+        "serialization or connection error) before it gives up with one line saying what it tried.",
+    )
+    worker_alive_seconds: Seconds = Field(
+        default=60.0,
+        description="How long a teamflow worker's own heartbeat (in teamflow's database) may "
+        "be silent before its runs can be declared dead; a slow but live worker keeps them.",
+    )
+    worker_beat_seconds: Seconds = Field(
+        default=5.0,
+        description="How often a teamflow worker records its own heartbeat in teamflow's database.",
+    )
     pause_poll_seconds: Annotated[Seconds, _at_least(0.05)] = Field(
         default=10.0,
         description="The fallback poll of waiting runs when Prefect's event stream is away "
@@ -116,11 +154,42 @@ class Settings(BaseSettings):
         description="How often the run of a task given to an outside (MCP) member looks in "
         "teamflow's database for the member's report.",
     )
+    mcp_port: int = Field(
+        default=4310,
+        ge=1,
+        le=65535,
+        description="The port of the MCP server over streamable HTTP that `teamflow up` starts "
+        "(`teamflow mcp --http`, at `http://127.0.0.1:PORT/mcp`).",
+    )
+    api_port: int = Field(
+        default=4300,
+        ge=1,
+        le=65535,
+        description="The port of teamflow's REST API (`teamflow api`, and the one `teamflow up` "
+        "starts, at `http://127.0.0.1:PORT/api/v1/`).",
+    )
+    public_url: str | None = Field(
+        default=None,
+        description="Where people reach the REST API, for the approval links it sends "
+        "(e.g. `https://teamflow.example.com`); unset: `http://127.0.0.1:TEAMFLOW_API_PORT`.",
+    )
+    link_key: str | None = Field(
+        default=None,
+        description="The secret that signs approval links (HMAC-SHA256); unset: a random key "
+        "kept in `$TEAMFLOW_HOME/link.key` (0600). Never logged.",
+        repr=False,
+    )
     token: str | None = Field(
         default=None,
-        description="The member token an MCP session over stdio acts with (`teamflow member "
-        "token`); unset: the local user, as the CLI. Never logged.",
+        description="The token the CLI and an MCP session over stdio act with: a member's "
+        "(`teamflow member token`) or a person's (`teamflow user add`); unset: the one in "
+        "`TEAMFLOW_TOKEN_FILE`, else the local user. Never logged.",
         repr=False,
+    )
+    token_file: Path = Field(
+        default=Path("~/.config/teamflow/token"),
+        description="A person's token, kept in a file only its owner may read (mode 0600; "
+        "`teamflow user login` writes it), used when `TEAMFLOW_TOKEN` is unset.",
     )
     agent_command: str | None = Field(
         default=None,

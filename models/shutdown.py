@@ -23,6 +23,7 @@ from models.inbox import send_payload
 from models.inbox_message import ShutdownRequest
 from models.inbox_table import InboxRow
 from models.task import TaskMetricsRow
+from models.task_edit import free_tasks
 from models.task_status import TaskStatusRow
 from models.team import Member, get_member, get_team, set_member
 from models.team_settings import SECONDS_RANGE, ApprovalSettings, is_seconds
@@ -404,7 +405,8 @@ def complete_shutdown(
     """Makes the member inactive: `shutdownAt`, and metadata `tasks_completed`,
     `total_tokens`, `shutdown_reason`. Once: a completed request is returned unchanged.
 
-    `forced` records a shutdown nobody approved (the timeout), with its cause.
+    `forced` records a shutdown nobody approved (the timeout), with its cause. Either way
+    the member's open tasks are freed (`models.task_edit.free_tasks`).
     """
     with session_scope(session) as s:
         row = _get_shutdown(s, request_id)
@@ -437,6 +439,8 @@ def complete_shutdown(
             f"forced: {row.cause}" if forced else (row.reason or "requested by the lead")
         )
         set_member(row.team, row.member, is_active=False, shutdown_at=now, meta=meta, session=s)
+        # An inactive member works no more: its open tasks go back for others to take.
+        free_tasks(row.team, row.member, session=s)
         return row
 
 

@@ -14,14 +14,11 @@ from __future__ import annotations
 from models.agent import AgentStateStatus
 from models.knowledge import ElmoStatus
 from models.notification import AgentActivity
-from models.task import TaskState
+from models.task import CONTEXT_STATUS, TaskState
 from models.task_status import ExecutionStatus
 
 TASK_TO_ELMO: dict[TaskState, ElmoStatus] = {
-    TaskState.PENDING: ElmoStatus.PENDING,
-    TaskState.IN_PROGRESS: ElmoStatus.RUNNING,
-    TaskState.COMPLETED: ElmoStatus.FINISHED,
-    TaskState.ARCHIVED: ElmoStatus.FINISHED,
+    state: ElmoStatus(value) for state, value in CONTEXT_STATUS.items()
 }
 """A `001` task's status as the `000` context status of the work on it."""
 

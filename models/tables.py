@@ -11,6 +11,7 @@ import models.approval
 import models.conversation
 import models.dependencies
 import models.identity
+import models.users
 import models.inbox_table
 import models.knowledge
 import models.memory
@@ -21,7 +22,10 @@ import models.task
 import models.task_status
 import models.team
 import models.tool
+import models.tool_approval
 import models.watchdog
+import models.journal
+import models.worker_beat
 import functools
 from typing import Any
 

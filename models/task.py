@@ -30,6 +30,7 @@ from models.base import (
     utcnow,
 )
 from models.db import session_scope
+from models.limits import MAX_DESCRIPTION_CHARS, LimitError, check_chars
 from models.team import get_member, get_team
 from models.wire_support import error_lines, row_values, wire_from_row
 
@@ -144,6 +145,33 @@ class TaskRow(SQLModel, table=True):
         default=0,
         sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"),
         description="How many times the task was started again after a failure",
+    )
+    # issue 31: durable members (models/task_lease.py, models/journal.py)
+    lease: int = SQLField(
+        default=0,
+        sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"),
+        description="Which run holds the task: raised at each claim and each resume; a run "
+        "whose lease is not the task's any more stops before it acts again",
+    )
+    resumes: int = SQLField(
+        default=0,
+        sa_column=sa.Column(sa.Integer, nullable=False, server_default="0"),
+        description="How many times this attempt was resumed after its run died",
+    )
+    run_id: str | None = SQLField(
+        default=None,
+        sa_column=sa.Column(sa.String(64)),
+        description="The Prefect flow run that holds the lease (None: a resume not begun)",
+    )
+    worker: str | None = SQLField(
+        default=None,
+        sa_column=sa.Column(sa.String(255)),
+        description="The teamflow worker whose process runs the holding run",
+    )
+    resume_at: datetime | None = SQLField(
+        default=None,
+        sa_column=utc_column(),
+        description="When a decided resume's run is to start (None: none to start)",
     )
 
     assignees: list["TaskAssigneeRow"] = Relationship(
@@ -297,6 +325,10 @@ def create_task(
     session: Session | None = None,
 ) -> TaskRow:
     """Creates a pending task of `team` for active members `assignees` (names)."""
+    try:
+        check_chars(description, MAX_DESCRIPTION_CHARS, what="description")
+    except LimitError as exc:
+        raise TaskError(str(exc)) from None
     with session_scope(session) as s:
         get_team(team, session=s)
         for name in assignees:
@@ -353,6 +385,16 @@ def list_tasks(
         return list(s.execute(query.order_by(col(TaskRow.created_at))).scalars())
 
 
+CONTEXT_STATUS: dict[TaskState, str] = {
+    TaskState.PENDING: "pending",
+    TaskState.IN_PROGRESS: "running",
+    TaskState.COMPLETED: "finished",
+    TaskState.ARCHIVED: "finished",
+}
+"""A task's status as the `000` status of the Contexts that place it (`models.status`
+names it `TASK_TO_ELMO`)."""
+
+
 def move_task(
     task_id: uuid.UUID, *, to: TaskState, only_from: set[TaskState] | None = None,
     session: Session | None = None,
@@ -366,7 +408,17 @@ def move_task(
     if only_from is not None:
         query = query.where(table.c.status.in_([s.value for s in only_from]))
     with session_scope(session) as s:
-        moved = rowcount(s.execute(query.values(status=to.value, updated_at=utcnow())))
+        now = utcnow()
+        moved = rowcount(s.execute(query.values(status=to.value, updated_at=now)))
+        if moved == 1:  # the `000` Contexts that place the task follow its status
+            from models.knowledge import ContextRow
+
+            contexts = table_of(ContextRow)
+            s.execute(
+                sa.update(contexts)
+                .where(contexts.c.task_id == str(task_id))
+                .values(status=CONTEXT_STATUS[to], updated_at=now)
+            )
         return moved == 1
 
 

@@ -213,9 +213,16 @@ def task_views(rows: list[TaskRow], *, session: Session | None = None) -> list[d
     return [task_view(r, [str(b) for b in blockers.get(r.id, [])]) for r in rows]
 
 
-def free_tasks(team: str, member: str, *, session: Session | None = None) -> list[uuid.UUID]:
-    """Takes `member` off every open task of `team`; a task left without assignees goes back
-    to pending, so another member can take it. Returns the freed tasks' ids."""
+def free_tasks(
+    team: str, member: str, *, why: str | None = None, session: Session | None = None
+) -> list[uuid.UUID]:
+    """Takes `member` off every open task of `team` (the reason: `why`, default
+    "freed: {member} stopped"); a task left without assignees goes back to pending, as its
+    next attempt (so its next run is a new one: `models.watchdog.task_run_key`), and another
+    member can take it. Returns the freed tasks' ids.
+
+    What every stop of a member does: a shutdown, approved or forced (`complete_shutdown`),
+    `force_kill_teammate`, and the watchdog finding its tmux pane gone."""
     from sqlmodel import select
 
     from models.task import OPEN_TASK_STATES
@@ -240,7 +247,8 @@ def free_tasks(team: str, member: str, *, session: Session | None = None) -> lis
             s.expire(row, ["assignees"])
             if not row.assignees:
                 row.status = TaskState.PENDING.value
-            row.reason = f"freed: {member} stopped"
+                row.attempt += 1
+            row.reason = why or f"freed: {member} stopped"
             row.updated_at = utcnow()
             s.add(row)
         s.flush()

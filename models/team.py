@@ -8,6 +8,7 @@ approval and shutdown settings are read by `settings_of` (`models.team_settings`
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 from typing import Any
 
@@ -39,6 +40,7 @@ from models.team_config import (
     agent_id,
 )
 from models.team_settings import ApprovalSettings, check_setting
+from models.tool_policy import TOOL_SETTINGS, check_tool_setting
 from models.wire_support import error_lines
 
 # --- tables --------------------------------------------------------------------------------
@@ -221,7 +223,29 @@ class TeamError(ValueError):
 
 
 LEAD_COLOR = Color.YELLOW  # 004: yellow is the coordinators' colour
-MEMBER_COLORS = list(Color)
+MEMBER_COLORS = [Color.BLUE, Color.GREEN]
+"""`004` colours of general teammates, in turn: the first blue, the second green."""
+
+ROLE_COLORS = {
+    "coordinator": Color.YELLOW,
+    "specialized": Color.MAGENTA,
+    "reviewer": Color.CYAN,
+    "error": Color.RED,
+}
+"""`004` Terminal Color Mapping: the colour of each role (a `specialized` agentType is
+magenta too); other members take `MEMBER_COLORS` in turn."""
+
+
+def role_color(role: str | None, agent_type: str, teammates: int) -> str:
+    """A new member's colour by the `004` table: its role's, magenta for a specialized
+    agent, else blue or green in turn (`teammates`: how many general ones came before)."""
+    if role is not None:
+        if role not in ROLE_COLORS:
+            raise TeamError(f"role {role!r} is not one of {', '.join(ROLE_COLORS)}")
+        return ROLE_COLORS[role].value
+    if agent_type == AgentType.SPECIALIZED.value:
+        return Color.MAGENTA.value
+    return MEMBER_COLORS[teammates % len(MEMBER_COLORS)].value
 
 
 def get_team(name: str, *, session: Session) -> Team:
@@ -298,19 +322,22 @@ def insert_member(
     plan_mode_required: bool | None = None,
     runtime: dict | None = None,
     prompt_template: dict[str, Any] | None = None,
+    role: str | None = None,
 ) -> Member:
-    """The row of a new member: `agentId` derived, colour in the seed's order unless given,
+    """The row of a new member: `agentId` derived, colour by its role (`role_color`) unless given,
     active. A prompt made from a template records where it came from, `prompt_template`, in
     the member's `metadata.promptTemplate` (as `update_member` does). Its inbox is
     `models.membership.add_member`'s business."""
     team_row = get_team(team, session=session)
     check_member_name(name)
+    check_not_reserved(name, lead=team_row.lead)
     if session.get(Member, (team, name)) is not None:
         raise TeamError(f"team {team!r} has a member named {name!r} already")
     members = list(session.exec(select(Member).where(Member.team == team)))
     if color is None:
-        others = [m for m in members if m.name != team_row.lead]
-        color = MEMBER_COLORS[len(others) % len(MEMBER_COLORS)].value
+        general = {c.value for c in MEMBER_COLORS}
+        others = [m for m in members if m.name != team_row.lead and m.color in general]
+        color = role_color(role, agent_type, len(others))
     data: dict[str, Any] = {
         "agentId": agent_id(name, team),
         "name": name,
@@ -327,6 +354,10 @@ def insert_member(
     if plan_mode_required is not None:
         data["planModeRequired"] = plan_mode_required
     wire = _validated_member(data, team_row)
+    if (runtime or {}).get("tools"):
+        from models.tool import check_tools_exist  # jsonschema: only when tools are given
+
+        check_tools_exist(runtime["tools"], session=session)  # type: ignore[index]
     position = max((m.position for m in members), default=-1) + 1
     member = Member.from_wire(team, wire, position=position)
     member.runtime = runtime or {}
@@ -336,6 +367,19 @@ def insert_member(
     team_row.updated_at = utcnow()
     mark("config", (team,), session=session)
     return member
+
+
+RESERVED_NAMES = frozenset({"system", "*"})
+"""Names a member may not take: `system` sends the system messages, `*` is everyone."""
+
+
+def check_not_reserved(name: str, *, lead: str) -> None:
+    """Refuses (`TeamError`) a member named `system` or `*`, or `team-lead` in a team whose
+    lead is someone else: messages from them would pass for the system's or the lead's."""
+    if name.lower() in RESERVED_NAMES:
+        raise TeamError(f"{name!r} is a reserved name: it cannot be a member")
+    if name == "team-lead" and lead != name:
+        raise TeamError(f"'team-lead' is reserved for a team's lead; {lead!r} leads this team")
 
 
 def set_member(team: str, name: str, *, session: Session | None = None, **changes: Any) -> Member:
@@ -378,6 +422,10 @@ def update_member(
         if plan_mode_required is not None:
             data["planModeRequired"] = plan_mode_required
         _validated_member(data, team_row)
+        if runtime is not None and runtime.get("tools"):
+            from models.tool import check_tools_exist  # jsonschema: only when tools are given
+
+            check_tools_exist(runtime["tools"], session=s)
         if model is not None:
             member.model = model
         if prompt is not None:
@@ -402,6 +450,10 @@ TEAM_SETTINGS = {
     "plan_max_revisions": "how many times a member may ask, first plan included (default 3)",
     "shutdown_timeout_seconds": "how long a shutdown waits for the member (default 300)",
     "offline_after_seconds": "how old a heartbeat gets before the member is offline (default 300)",
+    "ui_decisions": "allow or deny: may the Prefect UI's form decide plans (default allow)",
+    "notify_webhook": "a URL that gets a JSON notice with approval links when a plan waits",
+    "notify_block": "a Prefect notification block (TYPE/NAME) that sends the links as text",
+    **TOOL_SETTINGS,
 }
 """teamflow's team settings (`Team.settings`), kept in the database, not in config.json."""
 
@@ -422,8 +474,22 @@ def update_settings(team: str, changes: dict[str, Any], *, session: Session | No
             check_member_name(name)
         except ValueError as exc:
             raise ValueError(f"setting approvers: {exc}") from None
+    hook = changes.get("notify_webhook")
+    if hook is not None and not (
+        isinstance(hook, str) and hook.startswith(("http://", "https://"))
+    ):
+        raise ValueError(f"setting notify_webhook must be an http(s) URL, not {hook!r}")
+    slug = changes.get("notify_block")
+    if slug is not None and not (
+        isinstance(slug, str) and re.fullmatch(r"[a-z0-9-]+/[A-Za-z0-9_-]+", slug)
+    ):
+        raise ValueError(
+            f"setting notify_block must be a block's TYPE/NAME (e.g. slack-webhook/ops), "
+            f"not {slug!r}"
+        )
     for key, value in changes.items():
         check_setting(key, value)  # finite and in range: NaN, inf, 1e300 never stored
+        check_tool_setting(key, value)
     with session_scope(session) as s:
         row = get_team(team, session=s)
         merged = {**(row.settings or {}), **changes}

@@ -117,7 +117,7 @@ class TeamMember(WireModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        match = AGENT_ID.match(self.agent_id)
+        match = AGENT_ID.fullmatch(self.agent_id)
         if not match or match["name"] != self.name:
             raise ValueError(
                 f"agentId {self.agent_id!r} must be '{self.name}@{{team}}' (name@team)"

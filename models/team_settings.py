@@ -99,6 +99,9 @@ class ApprovalSettings:
     max_revisions: int = DEFAULT_MAX_REVISIONS
     shutdown_timeout_s: float = DEFAULT_SHUTDOWN_TIMEOUT_S
     offline_after_s: float = DEFAULT_OFFLINE_AFTER_S
+    ui_decisions: bool = True
+    """Whether the Prefect UI's form may decide plans (`allow`, recorded as `ui`,
+    unverified: the form cannot prove who submits it) or not (`deny`)."""
 
     @classmethod
     def of(cls, team: Any) -> ApprovalSettings:
@@ -115,8 +118,14 @@ class ApprovalSettings:
             raise ApprovalError(
                 f"team {team.name}: setting plan_timeout_policy {policy!r} is not one of {choices}"
             ) from None
+        ui = raw.get("ui_decisions", "allow")
+        if ui not in ("allow", "deny"):
+            raise ApprovalError(
+                f"team {team.name}: setting ui_decisions {ui!r} is not one of allow, deny"
+            )
         return cls(
             lead=team.lead,
+            ui_decisions=ui == "allow",
             approvers=tuple(approvers),
             timeout_s=_positive(team.name, raw, "plan_timeout_seconds", DEFAULT_PLAN_TIMEOUT_S),
             policy=policy,

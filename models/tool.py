@@ -4,8 +4,8 @@ A Tool Definition says how to run a tool (`elisp` or `script`) and what it takes
 as JSON Schema. Running it leaves a Feedback (stdout, stderr, exit code); what the agent is
 told back is a ToolResult (SUCCESS with a result object, or FAILURE with an error message).
 
-The store: `add_tool`, `get_tool`, `list_tools` (tool definitions) and `record_feedback`,
-`get_feedback` (what executions printed). Running tools is `flows.tools`.
+The store: `add_tool`, `get_tool`, `list_tools`, `check_tools_exist` (tool definitions) and
+`record_feedback`, `get_feedback` (what executions printed). Running tools is `flows.tools`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pydantic import (
     field_validator,
 )
 from sqlmodel import Field as SQLField
-from sqlmodel import Session, SQLModel, select
+from sqlmodel import Session, SQLModel, col, select
 
 from models.base import SnakeWireModel, Timestamp, json_column, utc_column, utcnow
 from models.db import replace_row, session_scope
@@ -268,6 +268,28 @@ def get_tool(tool_id: str, *, session: Session | None = None) -> ToolDefinition:
         if row is None:
             raise ToolError(f"no tool named {tool_id!r} (add it with `teamflow tool add FILE`)")
         return row.to_wire()
+
+
+def missing_tools(names: list[str] | tuple[str, ...], *, session: Session) -> list[str]:
+    """Those of `names` that are not stored tools, in the order given."""
+    if not names:
+        return []
+    query = select(ToolDefinitionRow.tool_id).where(col(ToolDefinitionRow.tool_id).in_(set(names)))
+    known = set(session.exec(query))
+    return [name for name in dict.fromkeys(names) if name not in known]
+
+
+def check_tools_exist(names: Any, *, session: Session) -> None:
+    """Refuses (`ToolError`, one line) giving a member tools that are not stored."""
+    if not isinstance(names, list | tuple):
+        return
+    missing = missing_tools([str(n) for n in names], session=session)
+    if missing:
+        listed = ", ".join(repr(n) for n in missing)
+        raise ToolError(
+            f"no tool named {listed} (`teamflow tool list` shows the tools; add one with "
+            "`teamflow tool add FILE` or the built-in ones with `teamflow tool add --builtin`)"
+        )
 
 
 def list_tools(*, session: Session | None = None) -> list[ToolDefinition]:

@@ -3,18 +3,25 @@
 Pure over the database and a given "now" (the `watchdog` flow in `flows/watchdog.py` reads
 Prefect's run states, calls `scan`, and delivers what it returns). Conditions:
 
-- `offline:{team}:{member}`: an active member's heartbeat (`agent_state.last_heartbeat`) is
-  older than the team's `offline_after_seconds` (default 300). The member becomes `offline`
-  and the lead gets a `status_update`; the condition lasts while the member stays offline
-  (a heartbeat brings it back, see `models.presence.heartbeat`).
+- `offline:{team}:{member}`: a member that should be heartbeating has not for longer than
+  the team's `offline_after_seconds` (default 300). Should be: its run is active (its
+  `agent_state` is `thinking` or `executing_tools`, which teamflow renews every 10 s while a
+  step runs) and it is not waiting on a plan approval; or it is a connected outside member
+  (`--runtime mcp`: every MCP call is a heartbeat, and one that reported `offline` itself has
+  left). A member that is idle because its work is done is not offline. The member becomes
+  `offline` and the lead gets a `status_update`; the condition lasts while the member stays
+  offline (a heartbeat brings it back, see `models.presence.heartbeat`).
 - `deadline:{task-id}`: an open task is past its deadline; it lasts until the task closes or
   its deadline moves.
 - `crashed:{run-id}`: a run died (Crashed, Failed or Cancelled in Prefect) and left teamflow
-  waiting: a team task's run (the task is closed as failed, `failure` says why; `teamflow
-  task run ID` starts it again, see `reopen_task`), a shutdown's run (the shutdown is forced)
-  or a plan request's run (the request stays pending until its deadline, where teamflow's
-  clock, `flows/timers.py`, applies the team's timeout policy). A dead run stays dead:
-  this condition never clears.
+  waiting: a team task's run (the task is resumed from its members' last completed steps,
+  `models.task_lease.decide_resume`, up to `TEAMFLOW_RESUME_ATTEMPTS` times; then it is
+  closed as failed, `failure` says why, and `teamflow task run ID` starts it again, see
+  `reopen_task`); not while the worker that runs it still beats in teamflow's database and
+  lists it (`models.worker_beat`): a slow but live run keeps its task), a shutdown's run
+  (the shutdown is forced) or a plan request's run (the request stays pending until its
+  deadline, where teamflow's clock, `flows/timers.py`, applies the team's timeout policy).
+  A dead run stays dead: this condition never clears.
 
 Each condition is one row of `watchdog_alarms` (its key is the primary key), so it raises one
 ALARM however many scans see it. A condition no scan sees any more is cleared; if it comes back,
@@ -33,15 +40,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlmodel import Field, Session, SQLModel, col, select
 
-from models.agent import AgentStateRow, AgentStateStatus, change_agent_status
+from models.agent import AGENT_BUSY, AgentStateRow, AgentStateStatus, change_agent_status
 from models.approval import ApprovalStatus, PlanApproval
 from models.base import rowcount, table_of, utc_column, utcnow
 from models.db import session_scope
 from models.presence import tell_lead
+from models.settings import get_settings
 from models.shutdown import Shutdown, ShutdownStatus, complete_shutdown
 from models.task import OPEN_TASK_STATES, TaskError, TaskRow, TaskState
+from models.task_lease import backoff, decide_resume
 from models.team import Member, Team
 from models.team_settings import DEFAULT_OFFLINE_AFTER_S, ApprovalError, ApprovalSettings
+from models.worker_beat import still_runs
 
 DEAD_STATES = frozenset({"CRASHED", "FAILED", "CANCELLED"})
 """Prefect state types of a run that will not finish its work."""
@@ -95,6 +105,8 @@ class DeadRun:
     message: str | None = None
     task_id: str | None = None
     idempotency_key: str | None = None
+    lease: int | None = None
+    """The lease a resume's run was started for (its `lease` parameter)."""
 
     def describe(self) -> str:
         why = f": {self.message}" if self.message else ""
@@ -138,15 +150,17 @@ def scan(
     *,
     now: datetime | None = None,
     dead_runs: Iterable[DeadRun] = (),
+    dead_panes: Iterable[tuple[str, str, str]] = (),
     session: Session | None = None,
 ) -> list[WatchdogAlarm]:
     """Looks at every team as of `now`: acts on what it finds (members offline, tasks of dead
-    runs failed, shutdowns of dead runs forced), records each condition once, clears the
-    ones gone. Returns every alarm raised and not delivered yet, oldest first."""
+    runs failed, shutdowns of dead runs forced, members whose tmux pane is gone (`dead_panes`:
+    team, member, pane) offline with their open tasks freed), records each condition once,
+    clears the ones gone. Returns every alarm raised and not delivered yet, oldest first."""
     now = now or utcnow()
     dead = list(dead_runs)
     with session_scope(session) as s:
-        conditions: list[Condition] = []
+        conditions = [c for gone in dead_panes if (c := _pane_gone(s, *gone, now=now)) is not None]
         for team in s.exec(select(Team).order_by(Team.name)):
             conditions += _offline(s, team, now)
             conditions += _deadlines(s, team.name, now)
@@ -242,10 +256,31 @@ def _offline(s: Session, team: Team, now: datetime) -> list[Condition]:
     if not members:
         return []
     found = []
+    waiting = set(
+        s.exec(
+            select(PlanApproval.member).where(
+                PlanApproval.team == team.name,
+                PlanApproval.status == ApprovalStatus.PENDING.value,
+            )
+        )
+    )
+    alarmed = set(
+        s.exec(
+            select(WatchdogAlarm.subject).where(
+                WatchdogAlarm.team == team.name,
+                WatchdogAlarm.kind == AlarmKind.OFFLINE.value,
+                col(WatchdogAlarm.cleared_at).is_(None),
+            )
+        )
+    )
     states = s.exec(select(AgentStateRow).where(col(AgentStateRow.agent_id).in_(list(members))))
     for state in states:
         member = members[state.agent_id]
         offline = state.status == AgentStateStatus.OFFLINE.value
+        if offline and member.name not in alarmed:
+            continue  # it said so itself (an outside agent that left): nobody is missing
+        if not offline and not _should_beat(member, state.status, waiting):
+            continue
         beat = state.last_heartbeat
         stale = beat is not None and now - beat > limit
         if not (offline or stale):
@@ -277,6 +312,40 @@ def _offline(s: Session, team: Team, now: datetime) -> list[Condition]:
             )
         )
     return found
+
+
+def _pane_gone(s: Session, team: str, name: str, pane: str, *, now: datetime) -> Condition | None:
+    """The member's tmux pane is gone: it is offline at once (the lead is told, and the
+    offline alarm follows in this scan) and its open tasks are freed, as a forced shutdown
+    frees them; it stays a member, so `teamflow member spawn` can start it again."""
+    from models.task_edit import free_tasks
+
+    member = s.get(Member, (team, name))
+    if member is None or not member.is_active or member.tmux_pane_id != pane:
+        return None  # stopped, or spawned again since
+    freed = free_tasks(team, name, why=f"freed: {name}'s tmux pane {pane} is gone", session=s)
+    state = s.get(AgentStateRow, member.agent_id)
+    if state is None or state.status == AgentStateStatus.OFFLINE.value:
+        return None  # never connected, or gone already (and alarmed, if it was missed)
+    s.refresh(state, with_for_update=True)
+    if state.team is None:
+        state.team = team
+    tasks = f"; its open tasks were freed: {', '.join(map(str, freed))}" if freed else ""
+    message = f"{name} of {team} is offline: its tmux pane {pane} is gone{tasks}"
+    change_agent_status(state, AgentStateStatus.OFFLINE.value, member=name, now=now, session=s)
+    tell_lead(team, member, AgentStateStatus.OFFLINE.value, message, session=s)
+    s.add(state)
+    s.flush()
+    return Condition(f"offline:{team}:{name}", team, AlarmKind.OFFLINE, name, message)
+
+
+def _should_beat(member: Member, status: str, waiting: set[str]) -> bool:
+    """Whether the member is expected to send heartbeats now: a connected outside member
+    always; any other only while its run steps (busy), not while it waits on a plan."""
+    if (member.runtime or {}).get("kind") == "mcp":
+        return True
+    busy = status in {s.value for s in AGENT_BUSY}
+    return busy and member.name not in waiting
 
 
 def _deadlines(s: Session, team: str, now: datetime) -> list[Condition]:
@@ -333,8 +402,21 @@ def _dead_task_run(s: Session, run: DeadRun, now: datetime) -> Condition | None:
     row = s.get(TaskRow, task_id)
     if row is None or row.status != TaskState.IN_PROGRESS.value:
         return None
-    if run.idempotency_key is not None and run.idempotency_key != task_run_key(row.id, row.attempt):
-        return None  # a run of an earlier attempt
+    if not _holds(row, run):
+        return None  # a run of an earlier attempt, or one a resume superseded
+    if still_runs(row.worker, run.id, now=now, session=s):
+        return None  # Prefect lost its heartbeats, but its worker still beats and runs it
+    resumed = decide_resume(row, run.describe(), now, session=s)
+    if resumed is not None:
+        limit = get_settings().resume_attempts
+        return Condition(
+            f"crashed:{run.id}",
+            row.team or "",
+            AlarmKind.CRASHED,
+            run.id,
+            f"task {row.title!r} ({row.id}): {run.describe()}; resumed from its members' "
+            f"last completed steps (resume {resumed} of {limit}, in {backoff(resumed):g} s)",
+        )
     reason = f"failed: {run.describe()}"
     table = table_of(TaskRow)
     won = rowcount(
@@ -354,6 +436,15 @@ def _dead_task_run(s: Session, run: DeadRun, now: datetime) -> Condition | None:
         f"task {row.title!r} ({row.id}) closed as {reason}; "
         f"`teamflow task run {row.id}` starts it again",
     )
+
+
+def _holds(row: TaskRow, run: DeadRun) -> bool:
+    """Whether the dead `run` is the one that holds the task's current lease."""
+    if row.run_id is not None:
+        return run.id == row.run_id
+    if run.lease is not None:
+        return run.lease == row.lease
+    return run.idempotency_key is None or run.idempotency_key == task_run_key(row.id, row.attempt)
 
 
 def _dead_shutdown_run(s: Session, run: DeadRun) -> Condition | None:

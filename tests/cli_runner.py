@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SUBPROCESS_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("up",), ("worker",), ("demo",), ("db",),
     ("plan", "request"), ("plan", "list"), ("plan", "approve"), ("plan", "deny"),
-    ("member", "shutdown"), ("task", "run"),
+    ("member", "shutdown"), ("task", "run"), ("task", "resume"),
     ("alert", "timer"), ("alert", "schedule"), ("alert", "pause"), ("alert", "resume"),
     ("alert", "cancel"),
 )  # fmt: skip

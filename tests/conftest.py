@@ -18,6 +18,8 @@ import sqlalchemy as sa
 from sqlmodel import Session
 
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# A person's token file on this machine must not decide for the tests (a test sets its own).
+os.environ["TEAMFLOW_TOKEN_FILE"] = "/nonexistent/teamflow-tests/token"
 
 from models import db
 from models.tables import metadata
@@ -121,3 +123,48 @@ def own_prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     with harness(tmp_path_factory.mktemp("prefect")) as api:
         yield api
+
+
+# The test modules that take longest (each several minutes of end-to-end runs, by the CI's
+# --durations): handed out first. A module left off only starts a little later.
+_LONGEST_FIRST = (
+    "tests/test_ui_browser.py",
+    "tests/test_scale_out.py",
+    "tests/test_worker_timers.py",
+    "tests/test_outages.py",
+    "tests/test_durable_frozen.py",
+    "tests/test_outages_up.py",
+    "tests/test_durable_system.py",
+    "tests/test_tool_suspend.py",
+    "tests/test_team_task_workers.py",
+    "tests/test_outages_worker.py",
+    "tests/test_alert_cli.py",
+    "tests/test_transient_faults.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Orders the suite for `make test`'s scheduler (`--dist loadfile
+    --no-loadscope-reorder`: a module is one unit of work, on one worker, handed out in this
+    order). The modules with end-to-end (`system`) tests go first, the longest of them
+    first, and the quick modules fill in after them, largest first. By default xdist ordered
+    modules by their number of tests, so the few-but-slow end-to-end modules started last and
+    the run waited for them alone. (`--dist loadgroup`, which could spread one module's
+    tests, does nothing with pytest 9: it renames `item._nodeid`, which pytest 9 no longer
+    reads.)"""
+    sizes: dict[str, int] = {}
+    slow: set[str] = set()
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        sizes[module] = sizes.get(module, 0) + 1
+        if item.get_closest_marker("system") is not None:
+            slow.add(module)
+
+    def rank(module: str) -> tuple[int, int]:
+        if module in _LONGEST_FIRST:
+            return (0, _LONGEST_FIRST.index(module))
+        return (1, 0) if module in slow else (2, -sizes[module])
+
+    order = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (*rank(m := item.nodeid.split("::")[0]), m, order[id(item)]))

@@ -24,6 +24,8 @@ from typing import Any
 
 import httpx
 
+from flows.up import UP_LAST_LINE
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -45,6 +47,8 @@ def base_env(tmp: Path, api: str) -> dict[str, str]:
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PREFECT_CLI_PROMPT="false",
         TEAMFLOW_HOME=str(tmp / "teamflow-home"),
+        TEAMFLOW_MCP_PORT=str(free_port()),  # `teamflow up`'s MCP server, apart from others'
+        TEAMFLOW_API_PORT=str(free_port()),  # its REST API, likewise
     )
     return env
 
@@ -308,7 +312,7 @@ def wait_for_up(process: subprocess.Popen, log: Path, timeout: float = 240) -> s
 
     def ready() -> str | None:
         text = log.read_text() if log.exists() else ""
-        if "teamflow is up" in text:
+        if UP_LAST_LINE in text:  # the report's last line: all of it is there
             return text
         assert process.poll() is None, f"teamflow up exited {process.returncode}:\n{text}"
         return None
@@ -319,6 +323,12 @@ def wait_for_up(process: subprocess.Popen, log: Path, timeout: float = 240) -> s
 def started_pids(output: str) -> list[int]:
     """The pids `teamflow up` says it started."""
     return [int(pid) for pid in re.findall(r"started, pid (\d+)", output)]
+
+
+def started_by_name(output: str) -> dict[str, int]:
+    """The pid of each process `teamflow up` says it started, by its name (server, worker,
+    mcp, api): what a test kills by name."""
+    return {name: int(pid) for name, pid in re.findall(r"(\w+): +started, pid (\d+)", output)}
 
 
 def pid_alive(pid: int) -> bool:

@@ -534,3 +534,25 @@ def test_a_timeout_denial_at_the_revision_limit_rejects_the_plan() -> None:
         "the revision limit (2) is reached"
     )
     assert "do not ask again" in responses()[-1]["feedback"]
+
+
+@sqlite_only
+def test_plan_list_and_status_link_to_the_prefect_ui_without_importing_prefect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    research_team()
+    monkeypatch.setenv("PREFECT_UI_URL", "http://ui.example:4200")
+    run_id = "0b8f7c3e-9d1a-4f55-9a55-3c1f2d3e4f50"
+    row = approval.request_plan(TEAM, "analyst-1", PLAN, "Q4 plan", flow_run_id=run_id)
+    printed = {}
+    for args in (["plan", "list", TEAM], ["status", TEAM]):
+        result = subprocess.run(
+            [sys.executable, "-c", NO_PREFECT, *args],
+            capture_output=True, text=True, cwd=ROOT, timeout=120,
+        )  # fmt: skip
+        lines = result.stdout.strip().splitlines()
+        assert lines[-1] == "[]", result.stdout + result.stderr  # no Prefect imported
+        printed[args[0]] = lines[:-1]
+    assert printed["plan"][0].startswith(row.request_id)
+    assert printed["plan"][1].strip() == f"waits at http://ui.example:4200/runs/flow-run/{run_id}"
+    assert printed["status"][-1] == "runs: http://ui.example:4200/runs?tag=team%3Aresearch-team"

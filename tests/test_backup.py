@@ -375,7 +375,8 @@ def snapshot(home: Path) -> tuple[dict[str, list[str]], dict[str, bytes | None]]
     """The team's rows in every table (each table's rows sorted) and its files.
 
     The mirror's own bookkeeping (`.lock`, `.*.state`: inode and mtime of what it wrote,
-    `.*.spare`: an inbox's version before, to append to) is left out: it is rebuilt.
+    `.*.spare`: an inbox's version before, to append to) is left out: it is rebuilt. An
+    inbox is compared as JSON: its read flags are flipped in place, space-padded.
     """
     with Session(db.engine()) as s:
         dump = backup._team_rows(s, TEAM)
@@ -386,8 +387,12 @@ def snapshot(home: Path) -> tuple[dict[str, list[str]], dict[str, bytes | None]]
     files: dict[str, bytes | None] = {}
     for top in ("teams", "tasks"):
         for name, data in files_under(home / top / TEAM).items():
-            if not name.endswith((".state", ".lock", ".spare")):
-                files[f"{top}/{TEAM}/{name}"] = data
+            if name.endswith((".state", ".lock", ".spare")):
+                continue
+            if name.startswith("inboxes/") and data is not None:
+                # A read flag flips in place (`"read": true ,`); restore writes it anew.
+                data = json.dumps(json.loads(data), sort_keys=True).encode()
+            files[f"{top}/{TEAM}/{name}"] = data
     return rows, files
 
 
@@ -542,6 +547,11 @@ def _other_team_row(dump: dict) -> None:
     )
 
 
+def _row(table: str, **changes: Any) -> Callable[[dict], None]:
+    """Changes the first dumped row of `table`."""
+    return lambda dump: dump["rows"][table][0].update(changes)
+
+
 def _unknown_column(dump: dict) -> None:
     dump["rows"]["teams"][0]["owner"] = "mallory"
 
@@ -606,6 +616,14 @@ BAD_ARCHIVES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
         "has no readable teamflow-backup.json",
     ),
     "rows of another team": (_dump_with(_other_team_row), "another team"),
+    "task status sleeping": (
+        _dump_with(lambda dump: dump["rows"]["tasks"][0].update(status="sleeping")),
+        "status 'sleeping' is not one of pending, in_progress, completed, archived",
+    ),
+    "task priority urgent-ish": (
+        _dump_with(lambda dump: dump["rows"]["tasks"][0].update(priority="urgent-ish")),
+        "priority 'urgent-ish' is not one of",
+    ),
     "dump nested too deep": (
         lambda path, good: build_archive(
             path,
@@ -617,9 +635,57 @@ BAD_ARCHIVES: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
     ),
     "member named ../../../../tmp/x": (
         _dump_with(_member_named("../../../../tmp/x")),
-        r"members\[2\]\.name: '\.\./\.\./\.\./\.\./tmp/x' is not a member name",
+        r"table members row \d \(research-team, \.\./\.\./\.\./\.\./tmp/x\): "
+        r"name: '\.\./\.\./\.\./\.\./tmp/x' is not a member name",
     ),
     "unknown column": (_dump_with(_unknown_column), "teams has no column 'owner'"),
+    # Every table's rows are held to what its store holds them to (issue 33):
+    "plan status maybe": (
+        _dump_with(_row("plan_approvals", status="maybe")),
+        r"table plan_approvals row 0 \(plan-xyz789\): status: 'maybe' is not one of "
+        "approved, denied, pending",
+    ),
+    "agent state dozing": (
+        _dump_with(_row("agent_state", status="dozing")),
+        rf"table agent_state row 0 \(analyst-1@{TEAM}\): status: 'dozing' is not one of",
+    ),
+    "alert type SNOOZE": (
+        _dump_with(_row("alerts", alert_type="SNOOZE")),
+        r"table alerts row 0 \(\d+\): alert_type: 'SNOOZE' is not one of ALARM, "
+        "SCHEDULED_EVENT, TIMER",
+    ),
+    "shutdown status limbo": (
+        _dump_with(_row("shutdowns", status="limbo")),
+        r"table shutdowns row 0 \(req-shutdown-abc123\): status: 'limbo' is not one of",
+    ),
+    "message role wizard": (
+        _dump_with(_row("messages", role="wizard")),
+        r"table messages row 0 \(\d+\): role: 'wizard' is not one of",
+    ),
+    "member colour purple": (
+        _dump_with(_row("members", color="purple")),
+        r"table members row 0 \(research-team, [\w-]+\): color: Input should be 'blue'",
+    ),
+    "inbox entry colour as a number": (
+        _dump_with(_row("inbox_messages", color=7)),
+        r"table inbox_messages row 0 \(\d+\): color: 7 is not a string",
+    ),
+    "a naive timestamp": (
+        _dump_with(_row("plan_approvals", requested_at="2026-02-16T10:00:00")),
+        "requested_at: '2026-02-16T10:00:00' is not an ISO 8601 timestamp with a timezone",
+    ),
+    "a count that is text": (
+        _dump_with(_row("task_metrics", tokens="lots")),
+        r"table task_metrics row 0 \(\d+\): tokens: 'lots' is not a whole number",
+    ),
+    "a run id longer than its column": (
+        _dump_with(_row("shutdowns", flow_run_id="r" * 65)),
+        "flow_run_id: 65 characters; at most 64",
+    ),
+    "a task status file that is not 004": (
+        _dump_with(_row("task_status", status="napping")),
+        r"table task_status row 0 \(.*\): status",
+    ),
     "a project place of another team's task": (
         _dump_with(_other_team_context),
         "a row of contexts belongs to another team",

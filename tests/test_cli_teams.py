@@ -134,7 +134,8 @@ def test_a_team_from_creation_to_a_read_inbox(env: dict[str, str], home: Path) -
         "created": config_on_disk(home)["createdAt"],
         "active_members": ["coordinator", "analyst-1", "analyst-2"],
         "total_members": 3,
-        "unread": {"coordinator": 0, "analyst-1": 3, "analyst-2": 2},
+        # the lead's: each analyst's capability_broadcast on joining
+        "unread": {"coordinator": 2, "analyst-1": 3, "analyst-2": 2},
     }
 
     shown = ok(env, "msg", "inbox", TEAM, "analyst-1", "--mark-read")

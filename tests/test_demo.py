@@ -131,7 +131,16 @@ def test_the_team_went_through_approval_and_the_handshake(ran: dict) -> None:
     assert all(m["metadata"]["shutdown_reason"] == "tasks_complete" for m in analysts)
     assert [t.status for t in list_tasks("research-team")] == ["completed", "completed"]
     lead = [r.type for r in inbox.messages("research-team", "coordinator")]
-    assert lead.count("idle_notification") == 3  # both analysts, then analyst-2 again (brief)
+    idle = [
+        (r.sender, json.loads(r.text)["idleReason"])
+        for r in inbox.messages("research-team", "coordinator")
+        if r.type == "idle_notification"
+    ]
+    # analyst-1 waits on its plan's approval, then both finish; analyst-2 again (brief).
+    assert sorted(idle) == [
+        ("analyst-1", "task_complete"), ("analyst-1", "waiting_response"),
+        ("analyst-2", "task_complete"), ("analyst-2", "task_complete"),
+    ], idle  # fmt: skip
     assert "plan_approval_request" in lead
     assert [m.name for m in teams.list_members("research-team", active=True)] == ["coordinator"]
 
@@ -204,3 +213,32 @@ def test_a_chosen_server_that_does_not_answer_is_an_error(monkeypatch: pytest.Mo
         pytest.raises(NoServer, match=r"no Prefect server answers at .*PREFECT_API_URL"),
     ):
         demo._server()
+
+
+def test_the_temporary_server_is_awaited_with_progress_and_stopped_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """What `make demo` does on a fresh machine: a Prefect server of its own, its start
+    awaited with progress and a stated patience, stopped when the demo ends."""
+    from flows import runner
+
+    said: list[str] = []
+    with demo._temporary_server(tmp_path, said.append) as api:
+        assert runner.probe(api, timeout=5) == "prefect"
+    assert any("up to 120 s" in line for line in said), said
+    assert any("healthy after" in line for line in said), said
+    assert runner.probe(api, timeout=2) == "none"
+
+
+def test_a_temporary_server_that_does_not_start_in_time_is_one_line_saying_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flows import up_processes
+    from flows.runner import NoServer
+
+    monkeypatch.setattr(up_processes, "SERVER_START_TIMEOUT", 0.0)
+    with pytest.raises(NoServer) as refused, demo._temporary_server(tmp_path, lambda _: None):
+        pass
+    line = str(refused.value)
+    assert "\n" not in line and "did not become healthy" in line
+    assert "start `teamflow up`" in line and "PREFECT_API_URL" in line

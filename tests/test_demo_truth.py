@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import typer
+from cli_runner import teamflow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -33,6 +35,7 @@ from prefect.client.schemas.filters import (
 from sqlmodel import Session, select
 
 from flows import demo
+from flows.cli import demo as demo_command
 from models import db
 from models.approval import list_requests
 from models.conversation import load_conversation
@@ -155,13 +158,25 @@ def test_a_denied_plan_is_revised_approved_and_the_task_completes(home: Path) ->
 
 
 def test_denied_up_to_the_limit_the_member_stops_with_a_reason_and_the_run_fails(
-    home: Path,
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def always_deny(request: Any) -> tuple[bool, str | None]:
         return False, f"{DENIAL} (round {request.revision})"
 
-    lines: list[str] = []
-    summary = demo.run(echo=lines.append, decide=always_deny)
+    ran: list[dict[str, Any]] = []
+    real_run = demo.run
+
+    def denying_run(**kwargs: Any) -> dict[str, Any]:
+        ran.append(real_run(**kwargs, decide=always_deny))
+        return ran[-1]
+
+    # `teamflow demo` itself, with a lead that denies every plan.
+    monkeypatch.setattr(demo, "run", denying_run)
+    with pytest.raises(typer.Exit) as exited:
+        demo_command.demo(interactive=False, as_json=False)
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    (summary,) = ran
     task_id = summary["task"]["task_id"]
     outcome = summary["task"]
     assert outcome["status"] == "archived"
@@ -175,6 +190,20 @@ def test_denied_up_to_the_limit_the_member_stops_with_a_reason_and_the_run_fails
     assert "revision limit (3) is reached" in error and "\n" not in error
     assert [t.status for t in list_tasks(TEAM)] == ["archived"]
     assert any(error in line for line in lines)  # the demo's summary names the reason
+    # The exit says so: non-zero, a last line naming the task, the member and why (above
+    # it, the run's own ERROR log line).
+    assert exited.value.exit_code == 1
+    assert err.splitlines()[-1] == (
+        f"teamflow: error: the demo did not complete: task {task_id} (Q4 sales analysis) "
+        f"archived: analyst-1: {error}"
+    )
+    # The record says why: the task's reason is the run's state message.
+    (task,) = list_tasks(TEAM)
+    assert task.reason == f"analyst-1 failed at step 3: {error}"
+    shown = teamflow(["task", "show", task_id], dict(os.environ))
+    assert f"reason        analyst-1 failed at step 3: {error}" in shown.stdout.splitlines()
+    listed = teamflow(["task", "list", TEAM], dict(os.environ))
+    assert f"(analyst-1 failed at step 3: {error})" in listed.stdout
 
     with get_client(sync_client=True) as client:
         run = _team_task_run(client, task_id)

@@ -37,7 +37,9 @@ def test_members_get_agent_ids_and_colours_in_the_seeds_order(home: Path) -> Non
     members = {m.name: m for m in teams.list_members(TEAM)}
     assert members["coordinator"].color == "yellow"
     colours = [members[f"analyst-{i}"].color for i in range(1, 8)]
-    assert colours == ["blue", "green", "yellow", "magenta", "cyan", "red", "blue"]
+    # 004 Terminal Color Mapping: teammates blue and green in turn; yellow, magenta, cyan and
+    # red belong to roles (coordinators, specialised, reviewers, error agents).
+    assert colours == ["blue", "green", "blue", "green", "blue", "green", "blue"]
     assert members["analyst-1"].agent_id == "analyst-1@research-team"
     assert all(m.is_active and m.spawned_at is not None for m in members.values())
 
@@ -221,7 +223,8 @@ def test_status_is_the_004_export_with_unread_counts(home: Path) -> None:
     assert state["team"] == TEAM
     assert state["active_members"] == ["coordinator", "analyst-1"]
     assert state["total_members"] == 3
-    assert state["unread"] == {"coordinator": 0, "analyst-1": 2, "analyst-2": 1}
+    # The lead's two: each analyst's capability_broadcast on joining.
+    assert state["unread"] == {"coordinator": 2, "analyst-1": 2, "analyst-2": 1}
 
 
 def test_delete_team_removes_rows_and_files(home: Path) -> None:
@@ -427,7 +430,10 @@ def test_an_outside_tool_marking_read_without_message_ids_duplicates_nothing(hom
     research_team()
     for text in ("one", "two", "two"):  # the same text twice: two messages, matched once each
         inbox.send(TEAM, to="analyst-1", sender="coordinator", text=text)
-    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="typed", type="user_message")
+    inbox.send(
+        TEAM, to="analyst-1", sender="coordinator", text="typed", type="user_message",
+        payload={"content": "typed", "content_type": "text"},
+    )  # fmt: skip
     path = mirror.inbox_path(TEAM, "analyst-1")
     before = inbox.messages(TEAM, "analyst-1")
     keep = ("from", "text", "timestamp", "read", "summary", "color")

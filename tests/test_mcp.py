@@ -302,7 +302,8 @@ def test_a_lead_builds_a_team_and_a_member_works_its_task(db_url: str, home) -> 
 
     anyio.run(member_works)
     lead_inbox = inbox.messages(TEAM, "team-lead", sender="alice")
-    assert [m.text for m in lead_inbox if m.type is None] == ["On it."]
+    # A member's message to the lead is a typed 001 agent_message.
+    assert [m.text for m in lead_inbox if m.type == "agent_message"] == ["On it."]
     assert task.get_task(ids["first"]).status == "completed"
     assert task.get_task(ids["first"]).reason == "42 rows collected"
     bob = [m.type for m in inbox.messages(TEAM, "bob")]
@@ -327,6 +328,33 @@ def team_with_a_plan(db_url: str, home) -> dict[str, str]:
         "plan": plan.request_id,
         "bobs_task": str(bobs.id),
     }
+
+
+def test_the_shared_functions_apply_the_rules_themselves(team_with_a_plan: dict[str, str]) -> None:
+    """The rule runs inside the function every door calls (not only at the MCP door): a
+    member's principal handed to it straight is refused, and nothing is written; the local
+    user (the CLI's) is not."""
+    from flows.decisions import answer_shutdown, decide_plan, start_plan_request, start_shutdown
+
+    alice = identity.Principal.member(TEAM, "alice")
+    before = _counts()
+    tries = [
+        lambda: inbox.messages(TEAM, "bob", who=alice),
+        lambda: inbox.send(TEAM, to="bob", sender="team-lead", text="x", who=alice),
+        lambda: inbox.broadcast(TEAM, sender="bob", text="x", who=alice),
+        lambda: decide_plan(team_with_a_plan["plan"], who=alice, approve=True),
+        lambda: start_plan_request(TEAM, "bob", "1. x", "bob's plan", who=alice),
+        lambda: start_shutdown(TEAM, "bob", who=alice),
+        lambda: answer_shutdown(TEAM, "bob", "any", who=alice, approve=True),
+    ]
+    for attempt in tries:
+        with pytest.raises(identity.Forbidden):
+            attempt()
+    assert _counts() == before
+    local = identity.Principal.local()
+    assert "for bob only" in [m.text for m in inbox.messages(TEAM, "bob", who=local)]
+    decided = decide_plan(team_with_a_plan["plan"], who=local, approve=True)
+    assert (decided.decider, decided.request.status) == ("team-lead", "approved")
 
 
 REFUSED = [
@@ -465,7 +493,7 @@ def test_over_http_a_bearer_token_is_its_member(http_server: str) -> None:
         token = identity.issue_token(TEAM, "alice")
         async with http(http_server, token) as alice:
             mine = await call(alice, "read_inbox", team_name=TEAM, agent_name="alice")
-            assert [m["text"] for m in mine if m.get("type") is None] == ["hello alice"]
+            assert [m["text"] for m in mine if m.get("type") == "agent_message"] == ["hello alice"]
             before = _counts()
             theirs = await call(alice, "read_inbox", team_name=TEAM, agent_name="bob")
             assert isinstance(theirs, Refused) and theirs.kind == "Forbidden"
@@ -498,11 +526,56 @@ def test_over_http_a_bearer_token_is_its_member(http_server: str) -> None:
             assert isinstance(refused, Refused) and refused.kind == "Unauthorized"
 
     anyio.run(scenario)
-    assert [m.text for m in inbox.messages(TEAM, "team-lead", sender="alice")] == ["hi lead"]
+    said = inbox.messages(TEAM, "team-lead", sender="alice")
+    assert [m.text for m in said if m.type == "agent_message"] == ["hi lead"]
     # Its calls were its heartbeats: the lead heard once that it is there.
     assert presence.team_state(TEAM)["active_members"] == ["team-lead", "alice", "bob"]
     told = [m.text for m in inbox.messages(TEAM, "team-lead", sender="system")]
     assert told == ["alice is idle"]
+
+
+def test_over_http_a_user_token_is_its_person(team_with_a_plan: dict[str, str]) -> None:
+    """People's tokens (`teamflow user add`) work at the MCP door as at the REST API, under
+    the same rules: a viewer reads and may not write; an approver user decides a plan as
+    itself; a lead user sends as the team's lead."""
+    from models import users
+
+    _, viewer = users.add_user("vic", "viewer", team=TEAM)
+    _, approver = users.add_user("carol-p", "approver", team=TEAM)
+    _, lead = users.add_user("lee", "lead", team=TEAM)
+    team.update_settings(TEAM, {"approvers": ["carol", "carol-p"]})
+
+    async def scenario(url: str) -> list[Any]:
+        async with http(url, viewer) as vic:
+            seen = await call(vic, "read_config", team_name=TEAM)
+            before = _counts()
+            writing = await call(
+                vic, "send_message", team_name=TEAM, type="message", recipient="bob",
+                content="x", summary="x",
+            )  # fmt: skip
+            assert _counts() == before
+        async with http(url, approver) as carol:
+            decided = await call(
+                carol, "send_message", team_name=TEAM, type="plan_approval_response",
+                request_id=team_with_a_plan["plan"], approve=True, content="go",
+            )  # fmt: skip
+        async with http(url, lead) as lee:
+            sent = await call(
+                lee, "send_message", team_name=TEAM, type="message", recipient="bob",
+                content="from the lead", summary="hi",
+            )  # fmt: skip
+        return [seen, writing, decided, sent]
+
+    with serving() as url:
+        seen, writing, decided, sent = anyio.run(scenario, url)
+    assert seen["name"] == TEAM
+    assert isinstance(writing, Refused) and writing.kind == "Forbidden"
+    assert "viewer" in writing.envelope["message"]
+    assert (decided["status"], decided["decided_by"]) == ("approved", "carol-p")
+    row = approval.get_request(team_with_a_plan["plan"])
+    assert (row.decided_via, row.decided_identity) == ("mcp", "user:carol-p")
+    assert sent["routing"]["sender"] == "team-lead"
+    assert [m.text for m in inbox.messages(TEAM, "bob", sender="team-lead")][-1] == "from the lead"
 
 
 # --- bad input: one line each -------------------------------------------------------------------
@@ -617,7 +690,11 @@ def test_the_example_agent_does_its_tasks_and_answers_a_shutdown(
     assert shutdown.take_answers(asked.request_id).status == "approved"
     assert (work / f"{given.id}.txt").read_text() == "Count these words: 6 words\n"
     assert task.get_task(free.id).assignees[0].assignee_id == "alice"
-    done = [m.text for m in inbox.messages(TEAM, "team-lead", sender="alice") if m.type is None]
+    done = [
+        m.text
+        for m in inbox.messages(TEAM, "team-lead", sender="alice")
+        if m.type == "agent_message"
+    ]
     assert sorted(done) == sorted(
         [f"Done: Count these words ({given.id}.txt)", f"Done: Count more words ({free.id}.txt)"]
     )

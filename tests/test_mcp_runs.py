@@ -5,6 +5,7 @@ a real Prefect server with a real worker."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ import anyio
 import pytest
 from prefect_server import prefect_server, wait_until
 from teamflow_workers import register_deployments, teamflow_workers
-from test_mcp import AGENT, TEAM, call, stdio
+from test_mcp import AGENT, TEAM, call, stdio, tmux_socket  # noqa: F401 (a fixture)
 
 from models import approval, identity, membership, shutdown, task
 from models import team as teams
@@ -137,3 +138,151 @@ def test_an_outside_member_gets_its_plan_approved_and_shuts_down(
         json.dumps(states)
     )
     assert str(next(r for r in runs if kind(r.name) == "task").id) == given["run"]["flow_run_id"]
+
+
+def _runs(api: str, count: int) -> list:
+    """The Prefect runs of this test's server, once `count` of them are there and all ended."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with (
+        temporary_settings(updates={PREFECT_API_URL: api}),
+        get_client(sync_client=True) as client,
+    ):
+        try:
+            return wait_until(
+                lambda: (
+                    len(r := client.read_flow_runs(limit=50)) >= count
+                    and all(x.state.is_final() for x in r)
+                    and r
+                ),
+                240,
+                "the runs to end",
+            )
+        except AssertionError:
+            seen = [(r.name, r.state.type.value) for r in client.read_flow_runs(limit=50)]
+            raise AssertionError(f"the runs did not all end: {seen}") from None
+
+
+def _agent(name: str, work: Path) -> subprocess.Popen:
+    """The example agent as member `name`, with a new token of its own, over stdio."""
+    return subprocess.Popen(
+        [sys.executable, str(AGENT), "--team", TEAM, "--name", name, "--work-dir",
+         str(work), "--poll", "0.2", "--max-seconds", "500"],
+        env={**os.environ, "TEAMFLOW_TOKEN": identity.issue_token(TEAM, name)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.system
+@pytest.mark.usefixtures("tmux_socket")
+def test_a_team_of_outside_clients_runs_a_task_chain_as_prefect_runs(
+    prefect_env, tmp_path: Path
+) -> None:
+    """The lead is an MCP session (stdio, the local user); its three teammates are the
+    example agent: two started by hand with their tokens, one spawned by the lead in real
+    tmux. A chain of three tasks (`add_blocked_by`), one plan approved by the lead over MCP,
+    then a shutdown of everyone: every step a Prefect run, counted by status and metrics."""
+    work = tmp_path / "work"
+    program = (
+        f"{sys.executable} {AGENT} --team {{team}} --name {{name}} --work-dir {work} "
+        "--poll 0.2 --max-seconds 500"
+    )
+    chain = [("Plan, then count", "alice"), ("Count again", "bob"), ("Count last", "carol")]
+
+    async def lead_builds() -> tuple[dict, list[dict]]:
+        async with stdio() as lead:
+            await call(lead, "team_create", team_name=TEAM, description="all outside")
+            await call(
+                lead, "spawn_teammate", team_name=TEAM, name="alice",
+                prompt="You plan, then count.", plan_mode_required=True,
+            )  # fmt: skip
+            await call(lead, "spawn_teammate", team_name=TEAM, name="bob", prompt="You count.")
+            carol = await call(
+                lead, "spawn_teammate", team_name=TEAM, name="carol", prompt="You count.",
+                backend_type="tmux", command=program,
+            )  # fmt: skip
+            ids = []
+            for subject, _ in chain:
+                made = await call(
+                    lead, "task_create", team_name=TEAM, subject=subject,
+                    description="one two three",
+                )  # fmt: skip
+                ids.append(made["id"])
+            for before, after in itertools.pairwise(ids):
+                await call(lead, "task_update", team_name=TEAM, task_id=after,
+                           add_blocked_by=[before])  # fmt: skip
+            given = [
+                await call(lead, "task_update", team_name=TEAM, task_id=i, owner=owner)
+                for i, (_, owner) in zip(ids, chain, strict=True)
+            ]
+            return carol, given
+
+    carol, given = anyio.run(lead_builds)
+    assert carol["tmux_pane_id"]
+    assert given[0]["run"]["flow_run_id"]  # alice's task runs at once; the others wait
+    assert [g["blockedBy"] for g in given[1:]] == [[given[0]["id"]], [given[1]["id"]]]
+    agents = [_agent(name, work) for name in ("alice", "bob")]
+    try:
+        [plan] = wait_until(
+            lambda: approval.list_requests(TEAM, pending=True), 240, "alice's plan request"
+        )
+
+        async def lead_decides_then_stops_everyone() -> list[dict]:
+            async with stdio() as lead:
+                decided = await call(
+                    lead, "send_message", team_name=TEAM, type="plan_approval_response",
+                    recipient="alice", request_id=plan.request_id, approve=True,
+                    content="go ahead",
+                )  # fmt: skip
+                assert decided["status"] == "approved", decided
+                await anyio.to_thread.run_sync(
+                    lambda: wait_until(
+                        lambda: all(task.get_task(g["id"]).status == "completed" for g in given),
+                        300,
+                        "the chain",
+                    )
+                )
+                asked = []
+                for _, name in chain:
+                    answer = await call(
+                        lead, "send_message", team_name=TEAM, type="shutdown_request",
+                        recipient=name, content="the chain is done",
+                    )  # fmt: skip
+                    asked.append(answer)
+                return asked
+
+        asked = anyio.run(lead_decides_then_stops_everyone)
+        for agent in agents:
+            assert agent.wait(timeout=240) == 0, agent.stdout.read()
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+    for request in asked:
+        wait_until(
+            lambda r=request: shutdown.get_shutdown(r["request_id"]).completed_at,
+            240,
+            "the shutdowns",
+        )
+        assert shutdown.get_shutdown(request["request_id"]).status == "approved"
+    assert approval.get_request(plan.request_id).decided_by == "team-lead"
+
+    state = json.loads(cli("status", TEAM, "--json").stdout)
+    assert (state["active_members"], state["total_members"]) == (["team-lead"], 4)
+    measured = cli("metrics", TEAM, "--json")
+    assert measured.returncode == 0, measured.stderr
+    members = {r["member"]: r for r in json.loads(measured.stdout)["members"]}
+    assert [members[name]["tasks"] for _, name in chain] == [1, 1, 1], members
+    assert members["alice"]["plans"] == 1
+
+    # Every step a Prefect run: 3 team-task runs, the plan, 3 shutdowns.
+    runs = _runs(prefect_env.api, 7)
+    kinds = sorted((r.name.split(" ")[0], r.state.type.value) for r in runs)
+    tasks = [k for k in kinds if k[0] not in ("plan", "shutdown")]
+    assert tasks == [(tasks[0][0], "COMPLETED")] * 3, kinds
+    assert [k for k in kinds if k[0] in ("plan", "shutdown")] == [
+        ("plan", "COMPLETED"), *[("shutdown", "COMPLETED")] * 3
+    ], kinds  # fmt: skip
+    task_runs = {str(r.id) for r in runs if r.name.split(" ")[0] not in ("plan", "shutdown")}
+    assert given[0]["run"]["flow_run_id"] in task_runs

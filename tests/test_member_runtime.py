@@ -37,7 +37,8 @@ def test_add_set_and_show_each_runtime_kind(
     env: dict[str, str], home: Path, tmp_path: Path
 ) -> None:
     new_team(env)
-    add(env, "analyst-1", *AGENT, "--timeout", "30", "--env", "MODE=short", "--tool", "read_file")
+    ok(env, "tool", "add", "--builtin")
+    add(env, "analyst-1", *AGENT, "--timeout", "30", "--env", "MODE=short", "--tool", "write_file")
     data = shown(env, "analyst-1")
     assert data["runtime"] == {
         "kind": "command",
@@ -45,9 +46,9 @@ def test_add_set_and_show_each_runtime_kind(
         "cwd": str(Path.cwd()),
         "env": {"MODE": "short"},
         "timeout": 30.0,
-        "tools": ["read_file"],
+        "tools": ["write_file"],
     }
-    assert (data["canRun"], data["problem"], data["tools"]) == (True, None, ["read_file"])
+    assert (data["canRun"], data["problem"], data["tools"]) == (True, None, ["write_file"])
     (member,) = [m for m in config_on_disk(home)["members"] if m["name"] == "analyst-1"]
     assert member["metadata"]["runtime"] == data["runtime"]
 
@@ -60,7 +61,7 @@ def test_add_set_and_show_each_runtime_kind(
         "base_url": "http://127.0.0.1:11434/v1",
         "model": "llama3.2",
         "api_key_env": "MY_LLM_KEY",
-        "tools": ["read_file"],
+        "tools": ["write_file"],
     }
     # The same kind: only what is named changes; a Secret block replaces the variable.
     ok(env, "member", "set", TEAM, "analyst-1", "--api-key-secret", "llm-key", "--timeout", "5")
@@ -110,9 +111,9 @@ BAD = [
     ([*AGENT, "--env", "NOEQUALS"], "'NOEQUALS' is not NAME=VALUE"),
     ([*AGENT, "--env", "1X=2"], "not an environment variable name"),
     ([*AGENT, "--env", "OPENAI_API_KEY=sk-secret-1"], "stores no secrets"),
-    ([*AGENT, "--timeout", "nan"], "--timeout must be a positive number"),
-    ([*AGENT, "--timeout", "inf"], "--timeout must be a positive number"),
-    ([*AGENT, "--timeout", "0"], "--timeout must be a positive number"),
+    ([*AGENT, "--timeout", "nan"], "--timeout must be a finite number of seconds"),
+    ([*AGENT, "--timeout", "inf"], "--timeout must be a finite number of seconds"),
+    ([*AGENT, "--timeout", "0"], "--timeout must be a finite number of seconds"),
     ([*AGENT, "--cwd", "/no/such/folder"], "--cwd /no/such/folder: no such folder"),
     (["--runtime", "openai", "--base-url", "localhost:11434", "--llm-model", "m"], "--base-url"),
     (["--runtime", "openai", "--base-url", "ftp://x/v1", "--llm-model", "m"], "not an http(s) URL"),
@@ -223,16 +224,62 @@ def test_the_runtime_travels_through_export_import_backup_restore(
         "team-lead": None, **runtimes,
     }  # fmt: skip
     ok(env, "team", "delete", TEAM, "--yes")
-    result = teamflow(env, "team", "import", str(out))
+    result = teamflow(env, "team", "import", str(out), "--trust-runtimes")
     assert (result.returncode, result.stdout, result.stderr) == (0, f"imported team {TEAM}\n", "")
     assert {n: shown(env, n)["runtime"] for n in runtimes} == runtimes
     assert config_on_disk(home) == exported
 
     ok(env, "team", "backup", TEAM, "--out", str(archive))
+    # Over the team it was taken from, runtimes as they are: nothing foreign, no flag needed.
+    ok(env, "team", "restore", str(archive), "--force")
+    assert {n: shown(env, n)["runtime"] for n in runtimes} == runtimes
     ok(env, "team", "delete", TEAM, "--yes")
-    ok(env, "team", "restore", str(archive))
+    ok(env, "team", "restore", str(archive), "--trust-runtimes")
     assert {n: shown(env, n)["runtime"] for n in runtimes} == runtimes
     assert config_on_disk(home) == exported
+
+
+@pytest.mark.parametrize("door", ["import", "restore"])
+def test_a_foreign_program_in_shared_files_never_runs_unasked(
+    env: dict[str, str], home: Path, tmp_path: Path, door: str
+) -> None:
+    marker = tmp_path / "ran"
+    hostile = {"kind": "command", "argv": ["sh", "-c", f"touch {marker}"]}
+    endpoint = {"kind": "openai", "base_url": "https://evil.example/v1", "model": "m"}
+    new_team(env, lead="team-lead")
+    add(env, "analyst-1", *AGENT)
+    add(env, "analyst-2", *AGENT)
+    out, archive = tmp_path / "out", tmp_path / "team.tar.gz"
+    if door == "import":
+        ok(env, "team", "export", TEAM, "--dir", str(out))
+        config = json.loads((out / "config.json").read_text())
+        for member, runtime in zip(config["members"][1:], (hostile, endpoint), strict=True):
+            member["metadata"]["runtime"] = runtime
+        (out / "config.json").write_text(json.dumps(config))
+        ok(env, "team", "delete", TEAM, "--yes")
+        result = teamflow(env, "team", "import", str(out))
+    else:
+        teams.update_member(TEAM, "analyst-1", runtime=hostile)
+        teams.update_member(TEAM, "analyst-2", runtime=endpoint)
+        ok(env, "team", "backup", TEAM, "--out", str(archive))
+        ok(env, "team", "delete", TEAM, "--yes")
+        result = teamflow(env, "team", "restore", str(archive))
+    assert result.returncode == 0, result.stderr
+    warnings = result.stderr.splitlines()
+    assert warnings[:3] == [
+        f"teamflow: warning: analyst-1 runs: sh -c 'touch {marker}'",
+        "teamflow: warning: analyst-2 calls: https://evil.example/v1",
+        "teamflow: warning: not run without your word: imported with no runtime; to keep "
+        f"them, import again with --trust-runtimes, or give one with teamflow member set {TEAM} "
+        "NAME --runtime ...",
+    ]
+    assert shown(env, "analyst-1")["runtime"] == {} and shown(env, "analyst-2")["runtime"] == {}
+    config = config_on_disk(home)
+    assert all("runtime" not in (m.get("metadata") or {}) for m in config["members"])
+    # A task for it is refused before any run starts: the program never ran.
+    refused(teamflow(env, "task", "create", TEAM, "--title", "T", "--assignee", "analyst-1"),
+            "cannot run tasks")  # fmt: skip
+    assert not marker.exists()
 
 
 def test_importing_members_without_a_runtime_warns_which_cannot_run(
@@ -305,3 +352,24 @@ def test_runtime_commands_do_not_import_prefect(env: dict[str, str]) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
     )
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
+
+
+def test_a_member_is_given_only_tools_that_exist(env: dict[str, str], home: Path) -> None:
+    new_team(env)
+    before = everything(home)
+    refused(
+        teamflow(env, "member", "add", TEAM, "analyst-1", "--model", "haiku", "--prompt", "P",
+                 *AGENT, "--tool", "no_such_tool"),
+        "no tool named 'no_such_tool'", "teamflow tool add --builtin",
+    )  # fmt: skip
+    assert everything(home) == before  # nothing written
+    add(env, "analyst-1", *AGENT)
+    before = everything(home)
+    refused(
+        teamflow(env, "member", "set", TEAM, "analyst-1", "--tool", "write_file"),
+        "no tool named 'write_file'",
+    )
+    assert everything(home) == before
+    ok(env, "tool", "add", "--builtin")
+    ok(env, "member", "set", TEAM, "analyst-1", "--tool", "write_file")
+    assert shown(env, "analyst-1")["tools"] == ["write_file"]

@@ -292,6 +292,8 @@ def lively(filled: str) -> str:
     between), thinking 30 s, executing tools 50 s, idle until the watchdog marks it offline
     at T1+400; analyst-2 thinking until marked offline at T1+400."""
     teams.update_settings(TEAM, {"offline_after_seconds": 90})
+    # An outside member (MCP) should keep beating while idle: its silence marks it offline.
+    teams.set_member(TEAM, "analyst-1", runtime={"kind": "mcp"})
     with freeze_time(T1) as clock:
         presence.heartbeat(TEAM, "analyst-1", status="idle")
         presence.heartbeat(TEAM, "analyst-2", status="thinking")
@@ -506,3 +508,65 @@ def test_cli_metrics_does_not_import_prefect(filled: str) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)  # fmt: skip
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
+
+
+def _headline_from_the_metrics(team: str, since: timedelta | None) -> list[dict]:
+    """The headline as the metrics it sums up give it, merged by pandas (issue 35: it is one
+    statement now, and must say what they say)."""
+    work = m.member_work(team, since)[
+        ["team", "member", "tasks", "failed", "p50_duration_s", "tokens", "tool_calls",
+         "tool_failures"]
+    ]  # fmt: skip
+    waits = am.approval_waits(team, since)[["team", "member", "requests", "p50_wait_s"]]
+    waits = waits.rename(columns={"requests": "plans", "p50_wait_s": "p50_plan_wait_s"})
+    frame = m.unread_backlog(team)[["team", "member", "unread"]]
+    alive = m.liveness(team, since)[["team", "member", "busy_s", "idle_s", "offline_s"]]
+    for other in (work, waits, alive):
+        frame = frame.merge(other, on=["team", "member"], how="outer")
+    for column in ("tasks", "failed", "tokens", "tool_calls", "tool_failures", "plans", "unread"):
+        frame[column] = frame[column].fillna(0).astype(int)
+    return m.records(frame.sort_values("member", ignore_index=True))
+
+
+@pytest.mark.parametrize("since", [None, timedelta(days=3650)])
+def test_headline_says_what_the_metrics_it_sums_up_say(
+    filled: str, lively: str, since: timedelta | None
+) -> None:
+    got = m.records(m.headline(TEAM, since))
+    expected = _headline_from_the_metrics(TEAM, since)
+    assert [r["member"] for r in got] == [r["member"] for r in expected]
+    for row, want in zip(got, expected, strict=True):
+        assert set(row) == set(want)
+        for key, value in want.items():
+            if isinstance(value, float):
+                # offline_s runs until now, which moves between the two reads
+                assert row[key] == pytest.approx(value, abs=60 if key == "offline_s" else 1e-3)
+            else:
+                assert row[key] == value, (row["member"], key)
+
+
+def test_cli_metrics_plot_spans_the_days_of_the_data_and_says_when_there_is_none(
+    filled: str,
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from flows.cli.metrics import plot_figure
+
+    days = m.work_over_time(TEAM, None, freq="day")["bucket"]
+    figure = plot_figure(TEAM, None)
+    tokens_ax, tasks_ax = figure.axes
+    low, high = tasks_ax.get_xlim()
+    spanned = (days.max() - days.min()).total_seconds() / 86400
+    assert high - low <= spanned + 1  # a day of padding, not years around the data
+    assert tokens_ax.lines
+    plt.close(figure)
+
+    empty = plot_figure("no-team-here", None)
+    assert [t.get_text() for ax in empty.axes for t in ax.texts] == [
+        "no task metrics yet",
+        "no finished tasks yet",
+    ]
+    plt.close(empty)

@@ -41,10 +41,91 @@ def execute(path: Path, team: str | None, since: str | None = None) -> nbformat.
     parameters = [c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1, f"{path.name} needs one cell tagged `parameters`"
     parameters[0].source = f"TEAM = {team!r}\nSINCE = {since!r}"
+    at = notebook.cells.index(parameters[0]) + 1
+    notebook.cells.insert(at, nbformat.v4.new_code_cell(KEEP_FIGURES))
+    notebook.cells.append(
+        nbformat.v4.new_code_cell(DESCRIBE_FIGURES, metadata={"tags": ["figures"]})
+    )
     NotebookClient(
         notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
     ).execute()
     return notebook
+
+
+KEEP_FIGURES = """
+import matplotlib.pyplot as _plt
+
+_FIGURES = []
+_show = _plt.show
+
+
+def _keep(*args, **kwargs):
+    _FIGURES.append(_plt.gcf())
+    return _show(*args, **kwargs)
+
+
+_plt.show = _keep
+"""
+
+DESCRIBE_FIGURES = """
+import json as _json
+
+from matplotlib import dates as _dates
+from matplotlib.backends.backend_agg import FigureCanvasAgg as _FigureCanvasAgg
+
+
+def _describe(ax, renderer):
+    labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    fmt = ax.xaxis.get_major_formatter()
+    return {
+        "title": ax.get_title(),
+        "xlim": [float(x) for x in ax.get_xlim()],
+        "dates": isinstance(fmt, (_dates.ConciseDateFormatter, _dates.AutoDateFormatter,
+                                  _dates.DateFormatter)) or "Date" in type(fmt).__name__,
+        "ticks": [t.get_text() for t in labels + ax.get_yticklabels()],
+        "texts": [t.get_text() for t in ax.texts],
+        "drawn": len(ax.lines) + len(ax.patches) + len(ax.collections),
+        "overlap": any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :]),
+    }
+
+
+_found = []
+for _figure in _FIGURES:
+    _canvas = _FigureCanvasAgg(_figure)  # shown figures are closed: draw them again
+    _canvas.draw()
+    _renderer = _canvas.get_renderer()
+    _found += [_describe(ax, _renderer) for ax in _figure.axes]
+print(_json.dumps(_found))
+"""
+
+
+def figures_of(notebook: nbformat.NotebookNode) -> list[dict]:
+    """Every plot (axes) the notebook drew: title, x limits, tick labels, texts, whether
+    anything is drawn and whether x labels overlap."""
+    cell = next(c for c in notebook.cells if "figures" in c.metadata.get("tags", []))
+    # Its stdout: matplotlib may warn on stderr first (a slow legend on a busy machine), and a
+    # warning between two flushes splits the stdout in two outputs: the text is all of them.
+    text = "".join(o["text"] for o in cell.outputs if o.get("name") == "stdout")
+    return json.loads(text)
+
+
+def assert_readable(notebook: nbformat.NotebookNode, days: float) -> dict[str, dict]:
+    """Every plot is readable: an empty one says so, no tick label in powers of ten, no x
+    labels over each other, a time axis no wider than the `days` of the data plus a day.
+    Returns the plots by title."""
+    plots = figures_of(notebook)
+    assert plots
+    for ax in plots:
+        title = ax["title"]
+        if not ax["drawn"]:
+            assert any(text.endswith(" yet") for text in ax["texts"]), title
+        assert not any("times10" in t or "^{" in t for t in ax["ticks"]), (title, ax["ticks"])
+        assert not ax["overlap"], title
+        if ax["dates"] and ax["drawn"]:
+            span = ax["xlim"][1] - ax["xlim"][0]
+            assert span <= days + 1, (title, span)
+    return {ax["title"]: ax for ax in plots}
 
 
 def summary_of(notebook: nbformat.NotebookNode) -> dict:
@@ -71,9 +152,12 @@ def test_every_notebook_runs_on_an_empty_database(path: Path, db_url: str, home:
     notebook = execute(path, None)
     summary = summary_of(notebook)
     assert plots_of(notebook) >= 4  # empty plots that say so
+    plots = figures_of(notebook)
+    assert plots and all(not p["drawn"] and p["texts"][0].startswith("no ") for p in plots)
     if path.name == "team_metrics.ipynb":
         assert summary["members"] == [] and summary["tasks_by_status"] == []
         assert summary["liveness"] == [] and summary["alerts"] == []
+        assert summary["budgets"] == []
     else:
         assert summary["requests"] == 0 and summary["outcomes"] == []
 
@@ -109,6 +193,9 @@ def test_team_metrics_shows_what_teamflow_recorded(db_url: str, home: Path) -> N
         TEAM, "analyst-1", status=ExecutionStatus.COMPLETE, tokens=200, completed=True
     )
     set_member_status(TEAM, "analyst-2", status=ExecutionStatus.ERROR, error_message="tool failed")
+    from models.member_policy import set_member_policy
+
+    set_member_policy(TEAM, "analyst-2", {"budget_tokens": 250})  # its latest task spent 300
 
     with freeze_time(T0) as clock:
         approved = approval.request_plan(TEAM, "analyst-2", "Join the CSVs", "Plan")
@@ -131,6 +218,11 @@ def test_team_metrics_shows_what_teamflow_recorded(db_url: str, home: Path) -> N
     assert plots_of(notebook) >= 6
     summary = summary_of(notebook)
     assert summary["team"] == TEAM
+    (budget,) = summary["budgets"]
+    assert (budget["member"], budget["budget_tokens"], budget["spent_tokens"]) == (
+        "analyst-2", 250, 300,
+    )  # fmt: skip
+    assert (budget["share"], budget["exhausted"]) == (1.2, True)
 
     members = {m["member"]: m for m in summary["members"]}
     assert set(members) == {"analyst-1", "analyst-2"}
@@ -255,7 +347,13 @@ def test_notebooks_on_the_demo_database(
     notebook = execute(path, team)
     assert plots_of(notebook) >= 5
     summary = summary_of(notebook)
+    plots = assert_readable(notebook, days=1)  # one day of data: a day's axis, not years
     if path.name == "team_metrics.ipynb":
+        tokens = plots["Tokens per day, per member"]
+        assert tokens["dates"] and tokens["drawn"]
+        assert tokens["xlim"][1] - tokens["xlim"][0] <= 2
+        tools = plots["Tool failure rate"]
+        assert tools["drawn"] or tools["texts"] == ["no tool calls yet"]
         expected = m.member_work(team)
         assert len(summary["members"]) == len(expected) == 2  # the demo's two analysts
         assert {r["member"]: r["tokens"] for r in summary["members"]} == dict(
@@ -264,6 +362,7 @@ def test_notebooks_on_the_demo_database(
         assert all(r["done"] == r["tasks"] and r["failed"] == 0 for r in summary["members"])
     else:
         assert summary["requests"] == len(approval_metrics.approvals(team))
+        assert plots["Wait until decision"]["drawn"]  # the demo's plan, on a readable axis
 
 
 def _generator():
@@ -304,6 +403,9 @@ def test_notebooks_on_a_generated_history(
     notebook = execute(path, "hist-a", since)
     assert plots_of(notebook) >= 5
     summary = summary_of(notebook)
+    plots = assert_readable(notebook, days=90 if since is None else 7)
+    if path.name == "team_metrics.ipynb":
+        assert plots["Tokens per day, per member"]["dates"]
     window = m.parse_duration(since) if since else None
     if path.name == "team_metrics.ipynb":
         expected = m.member_work("hist-a", window)

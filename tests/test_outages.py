@@ -33,6 +33,7 @@ from prefect_server import (
     prefect_server,
     restart,
     start,
+    started_by_name,
     started_pids,
     stop,
     teamflow,
@@ -43,7 +44,6 @@ from prefect_server import (
 from flows.tools import run_process
 from flows.up import Restarts
 from models import approval, db, membership
-from models.task import get_task
 
 pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
 
@@ -152,75 +152,6 @@ def test_a_worker_that_keeps_dying_is_restarted_ever_later_until_it_holds() -> N
     assert restarts.after_death(lived=3) == 2
 
 
-def test_a_killed_worker_is_restarted_and_its_task_closed_as_failed_and_run_again(
-    up_env: dict[str, str], tmp_path: Path
-) -> None:
-    """kill -9 of the worker under `teamflow up` while a member works on a task: `up` stays,
-    the server stays, the agent program dies with the worker, `up` starts a new worker and
-    says so, the run is marked Crashed, the watchdog closes the task as failed with the
-    reason, and `teamflow task run ID` runs it again to completion."""
-    env = {**up_env, "TEAMFLOW_CRASH_AFTER_SECONDS": "45", "TEAMFLOW_WATCHDOG_EVERY": "5s"}
-    api = env["PREFECT_API_URL"]
-    log = tmp_path / "up.log"
-    process = start(["up"], env, log)
-    pids: list[int] = []
-    marks = tmp_path / "marks"
-    try:
-        output = wait_for_up(process, log)
-        pids = started_pids(output)
-        server_pid, worker_pid = pids
-        db.upgrade()
-        research_team()
-        marks = slow_member(tmp_path)
-        task_id, run_id = start_task(env)
-        [agent] = wait_until(lambda: agent_pids(marks), 120, "the agent program to start")
-        assert get_task(task_id).status == "in_progress"
-
-        os.kill(worker_pid, signal.SIGKILL)
-
-        wait_until(lambda: not pid_alive(agent), 30, "the agent program to die with its worker")
-        restarted = wait_until(
-            lambda: "restarted, pid" in (t := log.read_text()) and t, 180, "a new worker"
-        )
-        assert f"the worker (pid {worker_pid}) died (exit -9)" in restarted
-        pids += started_pids(restarted.replace("restarted, pid", "started, pid"))
-        assert process.poll() is None and pid_alive(server_pid)
-
-        crashed = wait_until(
-            lambda: (s := flow_run_state(api, run_id)).is_crashed() and s,
-            240,
-            "the run to be marked Crashed",
-            interval=1,
-        )
-        assert "heartbeats stopped" in crashed.message
-        closed = wait_until(
-            lambda: (t := get_task(task_id)).status == "archived" and t,
-            120,
-            "the watchdog to close the task",
-            interval=1,
-        )
-        assert "heartbeats stopped" in closed.reason and run_id in closed.reason
-
-        (marks / "fast").write_text("")
-        again = teamflow(["task", "run", task_id, "--json"], env)
-        assert again.returncode == 0, again.stderr
-        assert json.loads(again.stdout)["flow_run_id"] != run_id
-        wait_until(lambda: get_task(task_id).status == "completed", 120, "the task to complete")
-        assert process.poll() is None
-        os.kill(process.pid, signal.SIGTERM)
-        assert process.wait(timeout=120) == 0
-        assert not any(pid_alive(pid) for pid in pids)
-    finally:
-        stop(process)
-        kill_pids(pids)
-        for pid in agent_pids(marks):
-            if pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-
-
-# --- items 6 and 7: the Prefect server away ------------------------------------------------
-
-
 def up_on(server: Server, tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a `teamflow up` that reuses `server` (so the test can stop it)."""
     env = {
@@ -247,7 +178,7 @@ def test_sigterm_while_the_server_is_down_stops_everything_cleanly(
         try:
             output = wait_for_up(process, log)
             pids = started_pids(output)
-            [worker_pid] = pids
+            worker_pid = started_by_name(output)["worker"]
             db.upgrade()
             research_team()
             marks = slow_member(tmp_path)
@@ -292,8 +223,9 @@ def test_a_plan_decided_while_the_server_was_away_reaches_its_waiting_run(
         process = start(["up"], env, log)
         pids: list[int] = []
         try:
-            pids = started_pids(wait_for_up(process, log))
-            [worker_pid] = pids
+            output = wait_for_up(process, log)
+            pids = started_pids(output)
+            worker_pid = started_by_name(output)["worker"]
             db.upgrade()
             research_team()
             asked = teamflow(
@@ -369,3 +301,6 @@ def pool_ready(api: str) -> bool:
     """Whether the server counts a worker as pulling from the `teamflow` pool."""
     with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
         return client.read_work_pool("teamflow").status.value == "READY"
+
+
+# --- issue 31, item 2: `up` survives its server, and nothing survives `up` -------------------

@@ -150,6 +150,53 @@ def test_denied_plan_is_revised_and_the_revision_approved(prefect_api: str) -> N
     outcome = second.result()
     assert (outcome["approve"], outcome["revision"]) == (True, 2)
     assert approval.get_request("plan-rev-2").previous_request_id == "plan-rev-1"
+    # The form proves nobody: the decision is on record as the UI's, unverified.
+    row = approval.get_request("plan-rev-2")
+    assert (row.decided_via, row.decided_identity) == ("ui", "unverified")
+    assert approval.get_request("plan-rev-1").decided_via == "cli"
+
+
+@sqlite_only
+def test_a_team_that_denies_ui_decisions_refuses_the_form_and_takes_the_api(
+    prefect_api: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+    from prefect.flow_runs import resume_flow_run
+
+    from flows.api.app import build
+    from models import team, users
+
+    monkeypatch.setenv("TEAMFLOW_PAUSE_POLL_SECONDS", "600")
+    from test_api_links import Receiver
+
+    research_team()
+    receiver = Receiver()
+    team.update_settings(TEAM, {"ui_decisions": "deny", "notify_webhook": receiver.url})
+    run = start("plan-ui-1")
+    paused = wait_paused("plan-ui-1")
+    # The run told the deciders through the team's webhook, with a link each.
+    receiver.close()
+    [notice] = receiver.bodies
+    assert notice["plan"]["requestId"] == "plan-ui-1" and "coordinator" in notice["links"]
+    resume_flow_run(paused.id, run_input={"decision": "approve", "approver": "coordinator"})
+    again = wait_paused("plan-ui-1", after=paused)
+    told = inbox.messages(TEAM, "coordinator")[-1]
+    assert "This form may not decide" in told.text and "/api/v1/plans/plan-ui-1" in told.text
+    assert approval.get_request("plan-ui-1").status == ApprovalStatus.PENDING
+
+    _, token = users.add_user("lena", "lead", team=TEAM)
+    with TestClient(build()) as api:
+        answer = api.post(
+            "/api/v1/plans/plan-ui-1/decision",
+            json={"approve": True, "feedback": "go"},
+            headers={"Authorization": f"Bearer {token}"},
+        ).json()
+    assert answer["status"] == "success", answer
+    outcome = run.result(timeout=120)
+    assert (outcome["status"], outcome["decidedBy"]) == ("approved", "coordinator")
+    row = approval.get_request("plan-ui-1")
+    assert (row.decided_via, row.decided_identity) == ("api", "user:lena")
+    assert flow_run(str(again.id)).state.is_completed()
 
 
 def test_an_approver_who_may_not_decide_is_told_and_the_run_pauses_again(

@@ -33,6 +33,7 @@ from prefect_server import (
     started_pids,
     stop,
     teamflow,
+    wait_for_up,
     wait_until,
 )
 
@@ -56,14 +57,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, d
         process = start(["up"], env, tmp / "up.log")
         pids: list[int] = []
         try:
-            output = wait_until(
-                lambda: (
-                    ("teamflow is up" in (t := (tmp / "up.log").read_text()) and t)
-                    or (process.poll() is not None and pytest.fail(t))
-                ),
-                240,
-                "teamflow up",
-            )
+            output = wait_for_up(process, tmp / "up.log")
             pids = started_pids(output)
             yield server, env
         finally:

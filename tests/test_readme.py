@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
+
+from cli_runner import teamflow
 
 ROOT = Path(__file__).parent.parent
 README = ROOT / "README.md"
@@ -70,12 +70,5 @@ def _run_as_shown(lines: list[str], tmp_path: Path) -> None:
     for line in lines:
         # Files the walk-through writes to /tmp go to this test's own folder instead.
         args = [a.replace("/tmp/", f"{tmp_path}/") for a in shlex.split(line, comments=True)]
-        result = subprocess.run(
-            [sys.executable, "-m", "flows.cli", *args[1:]],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=ROOT,
-            timeout=120,
-        )
+        result = teamflow(args[1:], env, cwd=ROOT)  # in process where it can be
         assert result.returncode == 0, f"{line}\n{result.stdout}{result.stderr}"

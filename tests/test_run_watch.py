@@ -153,3 +153,35 @@ def test_a_resume_the_stream_did_not_bring_is_taken_at_the_next_read(
     # Nothing else can end this wait (no deadline, no database check): only the read.
     resume_flow_run(paused.id, run_input={"decision": "deny", "approver": "coordinator"})
     assert run.result(60) == "deny"
+
+
+def test_a_live_wait_marked_crashed_is_paused_again_and_takes_its_decision(
+    prefect_api: str, watch_settings: None
+) -> None:
+    """Prefect's crash automation marks a waiting run Crashed when it hears no heartbeat in
+    its window (a loaded server lags); the run's process, alive, pauses it again at once,
+    with the same form, and the decision made afterwards reaches it."""
+    from prefect.client.orchestration import get_client
+    from prefect.flow_runs import resume_flow_run
+    from prefect.states import Crashed
+
+    run = waiting_run("marked crashed")
+    (paused,) = paused_runs(1)
+    with get_client(sync_client=True) as client:
+        client.set_flow_run_state(
+            paused.id,
+            Crashed(message="Flow run marked as crashed: its heartbeats stopped."),
+            force=True,
+        )
+
+        def paused_again() -> Any:
+            state = client.read_flow_run(paused.id).state
+            return state if state is not None and state.is_paused() else None
+
+        again = wait_until(paused_again, 30, "the run paused again")
+        history = [s.type.value for s in client.read_flow_run_states(paused.id)]
+    assert again.state_details.pause_key == paused.state.state_details.pause_key
+    assert history[-2:] == ["CRASHED", "PAUSED"]
+
+    resume_flow_run(paused.id, run_input={"decision": "approve", "approver": "coordinator"})
+    assert run.result(60) == "approve"

@@ -420,3 +420,30 @@ def test_an_async_run_that_dies_before_its_result_tells_the_member_why(team: str
     payload = json.loads(result.text)
     assert payload["status"] == "FAILURE"
     assert payload["error_message"].startswith("the ASYNC run of echo_json failed: ")
+
+
+def test_task_action_shows_an_async_action_of_a_run_by_its_task_id(team: str) -> None:
+    """A member's ASYNC action in a real run: its step gets `TASK_STARTED`, the tool runs in a
+    `tool-action` run, and `teamflow task action TASK_ID` shows it with its result."""
+    build = {"action": "echo_json", "type": "tool", "params": {"n": 5}, "execution": "ASYNC",
+             "task_id": "echo-5"}  # fmt: skip
+    _member("analyst-1", [_step([build]), _step([], stop=True, response="{result.echo_json.n}")])
+    task = create_task(TEAM, title="Echo", assignees=["analyst-1"])
+    assert _run(task.id)["members"]["analyst-1"]["response"] == "5"
+    shown = _teamflow("task", "action", "echo-5", "--json")
+    assert shown.returncode == 0, shown.stderr
+    action = json.loads(shown.stdout)
+    assert (action["agent_id"], action["action"], action["state"]) == (
+        f"analyst-1@{TEAM}",
+        "echo_json",
+        "finished",
+    )
+    assert action["result"]["status"] == "SUCCESS" and action["result"]["result"]["n"] == 5
+    log = _teamflow("log", TEAM, "analyst-1", "--json")  # the run's 003 conversation
+    [conversation] = json.loads(log.stdout).values()
+    assert [m["role"] for m in conversation][:3] == ["system", "user", "assistant"]
+    assert {m["role"] for m in conversation} == {"system", "user", "assistant"}
+    assert conversation[2]["content"]["chimera"]["status"] == "TASK_STARTED"
+    unknown = _teamflow("task", "action", "echo-6")
+    assert unknown.returncode == 1
+    assert unknown.stderr == "teamflow: error: no ASYNC action has task_id 'echo-6'\n"

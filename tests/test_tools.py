@@ -21,6 +21,7 @@ from sqlmodel import Session
 
 from flows.demo_data import write_all
 from flows.tools import (
+    BUILTIN_TOOLS_DIR,
     builtin_tools,
     check_access,
     install_builtin_tools,
@@ -721,3 +722,37 @@ def test_tool_commands_do_not_import_prefect(db_url: str) -> None:
         env={**os.environ, "TEAMFLOW_DATABASE_URL": db_url},
     )
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
+
+
+def test_built_in_tools_are_at_hand_after_db_upgrade_and_say_where_they_come_from(
+    db_url: str, tmp_path: Path
+) -> None:
+    assert json.loads(teamflow("tool", "list", "--json", db_url=db_url).stdout) == []
+    upgraded = teamflow("db", "upgrade", db_url=db_url)
+    assert upgraded.returncode == 0, upgraded.stderr
+    shipped = sorted(t.tool_id for t in builtin_tools())
+    assert f"built-in tools added: {', '.join(shipped)}" in upgraded.stdout
+    listed = json.loads(teamflow("tool", "list", "--json", db_url=db_url).stdout)
+    assert [(t["tool_id"], t["origin"]) for t in listed] == [(t, "built-in") for t in shipped]
+    assert "[built-in]" in teamflow("tool", "list", db_url=db_url).stdout
+
+    # A user's change under a built-in's name is kept by the next upgrade, and said so.
+    file = tmp_path / "write_file.json"
+    data = json.loads((BUILTIN_TOOLS_DIR / "write_file.json").read_text())
+    file.write_text(json.dumps({**data, "command": "{python} {here}/mine.py"}))
+    assert teamflow("tool", "add", str(file), db_url=db_url).returncode == 0
+    again = teamflow("db", "upgrade", db_url=db_url)
+    assert "built-in tools added" not in again.stdout
+    origins = {t["tool_id"]: t["origin"] for t in json.loads(
+        teamflow("tool", "list", "--json", db_url=db_url).stdout)}  # fmt: skip
+    assert origins["write_file"] == "built-in, changed"
+    # `tool add --builtin` puts the shipped ones back.
+    back = teamflow("tool", "add", "--builtin", db_url=db_url)
+    assert back.stdout == f"added built-in tools: {', '.join(shipped)}\n"
+    origins = {t["tool_id"]: t["origin"] for t in json.loads(
+        teamflow("tool", "list", "--json", db_url=db_url).stdout)}  # fmt: skip
+    assert set(origins.values()) == {"built-in"}
+    refused = teamflow("tool", "add", db_url=db_url)
+    assert (refused.returncode, refused.stderr) == (
+        1, "teamflow: error: give a tool definition FILE or --builtin (one of them)\n",
+    )  # fmt: skip

@@ -195,7 +195,7 @@ def badge(state: str) -> Any:
     )
 
 
-def open_form(browser: Any, url: str, shots: Shots, step: str) -> Any:
+def open_form(browser: Any, url: str, shots: Shots, step: str, member: str = "analyst-1") -> Any:
     """Opens the run's page, presses Resume, and returns the form's dialog."""
     browser.get(url)
     resume = wait(
@@ -213,7 +213,7 @@ def open_form(browser: Any, url: str, shots: Shots, step: str) -> Any:
         ),
         "the resume form",
     )
-    wait(browser, text_on_page("Plan of analyst-1 (research-team)"), "the plan in the form")
+    wait(browser, text_on_page(f"Plan of {member} (research-team)"), "the plan in the form")
     return dialog
 
 
@@ -384,3 +384,68 @@ def test_the_ui_is_served_with_the_api_it_calls(served: Served) -> None:
     root = served.server.api.removesuffix("/api")
     settings = httpx.get(f"{root}/ui-settings", timeout=10).json()
     assert settings["api_url"] == served.server.api
+
+
+def test_plans_of_an_outside_member_are_decided_in_the_form_and_from_the_cli(
+    ui: tuple[Served, Shots],
+) -> None:
+    """An outside member (`--runtime mcp`: an MCP client with its token) asks twice with
+    `plan_request`: one plan is approved in the form of its paused run, the other with
+    `teamflow plan approve`; the member reads both decisions with `plan_status`."""
+    import anyio
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+    from test_mcp import call
+
+    from models import identity, membership
+
+    served, shots = ui
+    membership.add_member(
+        TEAM, "outsider", model="sonnet", prompt="p", plan_mode_required=True,
+        runtime={"kind": "mcp"},
+    )  # fmt: skip
+    token = identity.issue_token(TEAM, "outsider")
+
+    async def as_outsider(tool: str, **arguments: Any) -> Any:
+        server = StdioServerParameters(
+            command=sys.executable, args=["-m", "flows.cli", "mcp"], cwd=str(ROOT),
+            env={**served.env, "TEAMFLOW_TOKEN": token},
+        )  # fmt: skip
+        async with Client(server, read_timeout_seconds=LONG) as client:
+            return await call(client, tool, **arguments)
+
+    def asks(summary: str) -> dict[str, Any]:
+        return anyio.run(
+            lambda: as_outsider(
+                "plan_request", team_name=TEAM, plan=PLAN, summary=summary, wait_seconds=0
+            )
+        )
+
+    in_form, by_cli = asks("approve me in the form"), asks("approve me from the CLI")
+    assert (in_form["status"], by_cli["status"]) == ("pending", "pending")
+    run_id = in_form["url"].rsplit("/", 1)[-1]
+    wait_state(served, run_id, "Paused")
+    dialog = open_form(served.browser, in_form["url"], shots, "o1", member="outsider")
+    fill(dialog, decision="approve", feedback="The form says yes")
+    submit(served.browser, dialog, shots, "o1")
+    see_completed(
+        served, {"flowRunId": run_id, "url": in_form["url"], "requestId": in_form["request_id"]},
+        shots, "o1",
+    )  # fmt: skip
+
+    approved = teamflow(served.env, "plan", "approve", by_cli["request_id"],
+                        "--feedback", "The CLI says yes")  # fmt: skip
+    assert approved.returncode == 0, approved.stderr
+    for asked, feedback in ((in_form, "The form says yes"), (by_cli, "The CLI says yes")):
+        state = wait_until(
+            lambda a=asked: (
+                (s := anyio.run(lambda: as_outsider("plan_status", request_id=a["request_id"])))
+                and s["status"] != "pending"
+                and s
+            ),
+            LONG,
+            "the decision, read by the member",
+        )
+        assert (state["status"], state["decided_by"], state["feedback"]) == (
+            "approved", "coordinator", feedback,
+        )  # fmt: skip

@@ -14,10 +14,15 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import httpx
 import pytest
 from factories import TEAM, research_team
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 from prefect_server import (
@@ -46,6 +51,21 @@ pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
 
 AUTH = "teamflow:s3cret"
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
+
+
+async def mcp_call(url: str, token: str | None, tool: str, **arguments: Any) -> Any:
+    """One tool call to the MCP server at `url`: its JSON result, or the error envelope."""
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    async with (
+        create_mcp_http_client(headers=headers) as http_client,
+        Client(streamable_http_client(url, http_client=http_client)) as client,
+    ):
+        result = await client.call_tool(tool, {"team_name": TEAM, **arguments})
+    text = "".join(getattr(block, "text", "") for block in result.content)
+    if not result.is_error and result.structured_content is not None:
+        structured = result.structured_content
+        return structured["result"] if set(structured) == {"result"} else structured
+    return json.loads(text)
 
 
 def alert(n: int) -> dict[str, str]:
@@ -106,8 +126,12 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
     try:
         output = wait_for_up(first, tmp_path / "up-1.log")
         pids = started_pids(output)
-        assert len(pids) == 2  # the server and the worker
+        assert len(pids) == 4  # the server, the worker, the MCP server and the REST API
         assert f"UI:      http://127.0.0.1:{port}" in output
+        mcp_url = f"http://127.0.0.1:{env['TEAMFLOW_MCP_PORT']}/mcp"
+        assert f"MCP:     {mcp_url}" in output
+        rest_url = f"http://127.0.0.1:{env['TEAMFLOW_API_PORT']}/api/v1/"
+        assert f"REST:    {rest_url}" in output
 
         # The safer server: loopback only, an auth string, CSRF protection, its own origin.
         assert listening_addresses(port) == {"0100007F"}
@@ -147,7 +171,8 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         ):
             found = client.read_deployment_by_name("watchdog/watchdog")
             schedules = client.read_deployment_schedules(found.id)
-        assert [s.schedule.interval.total_seconds() for s in schedules if s.active] == [30]
+        # one run per ten checks (5 minutes), not one per check
+        assert [s.schedule.interval.total_seconds() for s in schedules if s.active] == [300]
         ticks = {m.payload["alert_name"] for m in inbox.messages(TEAM, "analyst-2")
                  if m.type == "system_alert"}  # fmt: skip
         assert ticks == {f"tick-{n}" for n in range(5)}
@@ -165,12 +190,28 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         assert json.loads(ran.stdout)["task_id"] == task_id
         wait_until(lambda: get_task(task_id).status == "completed", 180, "the team task")
 
+        # The MCP server it serves over HTTP: a member's session with its token reads the
+        # team's tasks; a session without a token is refused.
+        token = teamflow(["member", "token", TEAM, "runner"], env)
+        assert token.returncode == 0, token.stderr
+        tasks = anyio.run(mcp_call, mcp_url, token.stdout.strip(), "task_list")
+        assert task_id in {t["id"] for t in tasks}
+        refused = anyio.run(mcp_call, mcp_url, None, "task_list")
+        assert refused["error"] == "Unauthorized"
+        # And its REST API: the same member's token, the same tasks, in a 001 envelope.
+        bearer = {"Authorization": f"Bearer {token.stdout.strip()}"}
+        listed = httpx.get(f"{rest_url}teams/{TEAM}/tasks", headers=bearer).json()
+        assert listed["status"] == "success" and task_id in {t["id"] for t in listed["data"]}
+        assert httpx.get(f"{rest_url}teams").json()["error"] == "Unauthorized"
+
         # A second `teamflow up` reuses the server and adds a worker of its own. It is
         # started as a shell without job control starts `teamflow up &` (SIGINT ignored);
         # Ctrl-C (`kill -INT`) still stops it.
         second = start(["up"], env, tmp_path / "up-2.log", sigint_ignored=True)
         output_2 = wait_for_up(second, tmp_path / "up-2.log")
         assert f"reusing the Prefect server at {api}" in output_2
+        assert f"reusing the MCP server at {mcp_url}" in output_2
+        assert f"reusing the REST API at {rest_url}" in output_2
         [second_worker] = started_pids(output_2)
         os.killpg(second.pid, signal.SIGINT)  # Ctrl-C
         assert second.wait(timeout=180) == 0
@@ -182,6 +223,8 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         assert "stopping what teamflow up started" in (tmp_path / "up-1.log").read_text()
         assert not any(pid_alive(pid) for pid in pids)
         assert not healthy(api)
+        assert up_processes.probe_mcp(mcp_url) == "none"
+        assert up_processes.probe_rest(rest_url) == "none"
         assert_clean_log(Path(env["TEAMFLOW_HOME"]) / "logs" / "prefect-server.log")
     finally:
         for process in (first, second):
@@ -315,8 +358,8 @@ class _Busy(http.server.BaseHTTPRequestHandler):
     ("busy", "status", "outcome"),
     [
         (2, 200, "3.8.8"),  # busy twice, then done: the step's own answer
-        (3, 200, "checking the version: the Prefect server answered 503"),  # busy throughout
-        (0, 500, "checking the version: the Prefect server answered 500"),  # not a busy server
+        (10**6, 200, "checking the version: gave up after "),  # busy throughout: one line
+        (0, 404, "checking the version: the Prefect server answered 404"),  # a refusal: at once
     ],
 )
 def test_a_busy_server_is_asked_again_and_a_refusal_is_one_line(
@@ -326,7 +369,10 @@ def test_a_busy_server_is_asked_again_and_a_refusal_is_one_line(
     handler = type("Handler", (_Busy,), {"busy": busy, "status": status, "seen": 0})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setattr(bring_up.time, "sleep", lambda _s: None)  # no waiting between tries
+    # Busy throughout: given up within 3 s (Prefect's client, its retries off, still waits
+    # 2 s after a 503 before it raises).
+    if busy > 2:
+        monkeypatch.setenv("TEAMFLOW_RETRY_SECONDS", "3")
     api = f"http://127.0.0.1:{server.server_address[1]}/api"
 
     def step() -> str:
@@ -342,5 +388,10 @@ def test_a_busy_server_is_asked_again_and_a_refusal_is_one_line(
     finally:
         server.shutdown()
         server.server_close()
-    assert answer == outcome
-    assert handler.seen == min(busy, bring_up.BUSY_TRIES) + (busy < bring_up.BUSY_TRIES)
+    assert answer.startswith(outcome)
+    assert "\n" not in answer
+    if busy > 2:
+        assert answer.endswith("last: HTTP 503 Service Unavailable")
+        assert f"after {handler.seen} tries" in answer
+    else:
+        assert handler.seen == busy + 1

@@ -10,7 +10,7 @@ import pytest
 from factories import TEAM, research_team
 from freezegun import freeze_time
 
-from models import inbox, presence, watchdog
+from models import inbox, membership, presence, watchdog
 from models import team as teams
 from models.agent import AgentStateRow
 from models.approval import get_request, request_plan
@@ -84,6 +84,8 @@ def test_a_stale_member_goes_offline_and_alarms_once_until_it_comes_back(
         [alarm] = watchdog.alarms(TEAM)
         assert alarm.cleared_at is not None
 
+        presence.heartbeat(TEAM, "analyst-1", status="thinking")  # both at work, then silent
+        presence.heartbeat(TEAM, "analyst-2", status="executing_tools")
         clock.tick(timedelta(seconds=120))  # stale again (analyst-2 too, now)
         assert sorted(scan()) == [f"offline:{TEAM}:analyst-1", f"offline:{TEAM}:analyst-2"]
         times = {a.subject: a.times for a in watchdog.alarms(TEAM)}
@@ -96,13 +98,56 @@ def test_default_offline_after_is_five_minutes_and_shut_down_members_are_left_al
 ) -> None:
     research_team()
     with freeze_time(START) as clock:
-        presence.heartbeat(TEAM, "analyst-1")
-        presence.heartbeat(TEAM, "analyst-2")
+        presence.heartbeat(TEAM, "analyst-1", status="thinking")
+        presence.heartbeat(TEAM, "analyst-2", status="thinking")
         teams.set_member(TEAM, "analyst-2", is_active=False)
         clock.tick(timedelta(seconds=299))
         assert scan() == []
         clock.tick(timedelta(seconds=2))
         assert scan() == [f"offline:{TEAM}:analyst-1"]
+
+
+def test_members_idle_after_their_work_or_waiting_on_a_plan_are_not_offline(
+    db_url: str, home: Path
+) -> None:
+    research_team()
+    with freeze_time(START) as clock:
+        presence.heartbeat(TEAM, "analyst-1", status="thinking")
+        presence.heartbeat(TEAM, "analyst-1", status="idle")  # its work is done
+        presence.heartbeat(TEAM, "analyst-2", status="thinking")
+        request_plan(TEAM, "analyst-2", plan="1. Load 2. Sum", summary="Sum Q4")
+        clock.tick(timedelta(hours=2))  # a plan may wait for hours; nobody beats meanwhile
+        assert scan() == []
+        assert (state_of("analyst-1"), state_of("analyst-2")) == ("idle", "thinking")
+        assert [u["status"] for u in status_updates()] == ["busy", "idle", "busy"]
+        assert watchdog.alarms(TEAM) == []
+
+
+def test_a_dead_member_alarms_once_and_an_outside_member_that_left_does_not(
+    db_url: str, home: Path
+) -> None:
+    research_team()
+    membership.add_member(
+        TEAM, "claude", model="sonnet", prompt="An outside agent.", runtime={"kind": "mcp"}
+    )
+    membership.add_member(
+        TEAM, "codex", model="sonnet", prompt="An outside agent.", runtime={"kind": "mcp"}
+    )
+    with freeze_time(START) as clock:
+        presence.heartbeat(TEAM, "analyst-1", status="executing_tools")  # then its run died
+        presence.heartbeat(TEAM, "claude")  # connected, idle, then gone without a word
+        presence.heartbeat(TEAM, "codex")
+        presence.heartbeat(TEAM, "codex", status="offline")  # said goodbye
+        clock.tick(timedelta(seconds=301))
+        assert sorted(scan()) == [f"offline:{TEAM}:analyst-1", f"offline:{TEAM}:claude"]
+        for _ in range(5):
+            clock.tick(timedelta(seconds=30))
+            assert scan() == []
+        assert sorted(a.subject for a in watchdog.alarms(TEAM)) == ["analyst-1", "claude"]
+        assert [u["status"] for u in status_updates() if "analyst-1" in u["agent_id"]] == [
+            "busy",
+            "offline",
+        ]
 
 
 def test_a_task_past_its_deadline_alarms_once_and_again_if_it_returns(
@@ -125,8 +170,9 @@ def test_a_task_past_its_deadline_alarms_once_and_again_if_it_returns(
 
 
 def test_a_dead_task_run_closes_the_task_as_failed_once_and_it_can_start_again(
-    db_url: str, home: Path
+    db_url: str, home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("TEAMFLOW_RESUME_ATTEMPTS", "0")  # no resume: closed at once
     research_team()
     row = create_task(TEAM, title="Q4 report", assignees=["analyst-1"])
     move_task(row.id, to=TaskState.IN_PROGRESS)
@@ -179,7 +225,7 @@ def test_a_dead_shutdown_run_forces_the_shutdown_and_a_dead_plan_run_alarms(
 def test_an_undelivered_alarm_is_handed_over_again_until_delivered(db_url: str, home: Path) -> None:
     research_team()
     with freeze_time(START) as clock:
-        presence.heartbeat(TEAM, "analyst-1")
+        presence.heartbeat(TEAM, "analyst-1", status="thinking")
         clock.tick(timedelta(minutes=6))
         [alarm] = watchdog.scan()
         assert watchdog.claim_delivery(alarm.key, alarm.raised_at)

@@ -4,6 +4,7 @@ once per condition, dead runs are cleaned up, and team tasks keep their members'
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import uuid
 from datetime import timedelta
@@ -80,7 +81,7 @@ def test_a_silent_member_is_alarmed_once_and_again_after_coming_back(
 ) -> None:
     research_team()
     teams.update_settings(TEAM, {"offline_after_seconds": 90})
-    presence.heartbeat(TEAM, "analyst-1")
+    presence.heartbeat(TEAM, "analyst-1", status="thinking")  # at work, then silent
     presence.heartbeat(TEAM, "analyst-2")
     silent_for("analyst-1", 120)
 
@@ -99,15 +100,43 @@ def test_a_silent_member_is_alarmed_once_and_again_after_coming_back(
     assert "back" in status_updates()[-1]["message"]
     assert run_watchdog()["alarms"] == []
 
+    presence.heartbeat(TEAM, "analyst-1", status="executing_tools")
     silent_for("analyst-1", 120)
     assert run_watchdog()["alarms"] == [f"offline:{TEAM}:analyst-1"]
     assert run_watchdog()["alarms"] == []
     assert len(alarms_of()) == 2
 
 
-def test_a_crashed_task_run_fails_the_task_and_the_task_starts_again(
+def test_one_watchdog_run_checks_again_and_again_and_alarms_once(
     prefect_api: str, db_url: str, home: Path
 ) -> None:
+    research_team()
+    teams.update_settings(TEAM, {"offline_after_seconds": 90})
+    presence.heartbeat(TEAM, "analyst-1", status="thinking")
+    silent_for("analyst-1", 120)
+
+    async def watchdog_runs() -> int:
+        from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+        async with get_client() as client:
+            runs = await client.read_flow_runs(
+                flow_filter=FlowFilter(name=FlowFilterName(any_=["watchdog"]))
+            )
+            return len(runs)
+
+    before = asyncio.run(watchdog_runs())
+    state = asyncio.run(watchdog(checks=3, every=0.01, return_state=True))
+    assert state.is_completed(), state.message
+    assert state.result()["alarms"] == [f"offline:{TEAM}:analyst-1"]
+    assert len(alarms_of()) == 1
+    assert asyncio.run(watchdog_runs()) == before + 1  # three checks, one run in the UI
+
+
+def test_a_crashed_task_run_fails_the_task_and_the_task_starts_again(
+    prefect_api: str, db_url: str, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Without resumes (test_durable.py has those): the task is closed as failed at once.
+    monkeypatch.setenv("TEAMFLOW_RESUME_ATTEMPTS", "0")
     research_team()
     asyncio.run(_deploy(team_task, "team-task"))
     task = create_task(TEAM, title="Q4 report", assignees=["analyst-1"])
@@ -214,12 +243,99 @@ def test_the_watchdog_deployment_gets_one_interval_schedule(
             schedules = await client.read_deployment_schedules(deployment.id)
             return [s.schedule.interval.total_seconds() for s in schedules if s.active]
 
+    async def parameters() -> dict:
+        async with get_client() as client:
+            return (await client.read_deployment_by_name(DEPLOYMENT)).parameters
+
+    # A check every 30 s, but one run per 5 minutes (12 an hour in the UI, not 120).
     assert schedule_watchdog() == 30
-    assert asyncio.run(intervals()) == [30]
+    assert asyncio.run(intervals()) == [300]
+    assert asyncio.run(parameters()) == {"checks": 10, "every": 30}
     monkeypatch.setenv("TEAMFLOW_WATCHDOG_EVERY", "2m")
     assert schedule_watchdog() == 120
     assert schedule_watchdog() == 120
-    assert asyncio.run(intervals()) == [120]
+    assert asyncio.run(intervals()) == [960]
+    assert asyncio.run(parameters()) == {"checks": 8, "every": 120}
     monkeypatch.setenv("TEAMFLOW_WATCHDOG_EVERY", "nan")
     with pytest.raises(ValueError, match="TEAMFLOW_WATCHDOG_EVERY"):
         schedule_watchdog()
+
+
+def test_the_in_process_subflows_of_a_dead_run_are_marked_crashed(
+    prefect_api: str, db_url: str, home: Path
+) -> None:
+    """A worker machine died while a run's plan waited in a subflow (Paused) and another
+    subflow had just been made (Pending): the crash automation marks only the parent
+    Crashed. The watchdog ends the subflows of a parent whose worker no longer beats, and
+    leaves those of a parent a live worker still lists (Prefect only lost its heartbeats)."""
+    from prefect import task
+    from prefect.states import Paused, Pending
+
+    from flows.watchdog import end_orphans
+    from models.worker_beat import beat
+
+    @task
+    def step() -> None: ...
+
+    async def family(child_state) -> tuple[uuid.UUID, uuid.UUID]:
+        async with get_client() as client:
+            parent = await client.create_flow_run(team_task, parameters={}, state=Running())
+            link = await client.create_task_run(step, parent.id, dynamic_key="0")
+            child = await client.create_flow_run(
+                shutdown_member, parameters={}, parent_task_run_id=link.id, state=child_state
+            )
+        await _crash(parent.id)
+        return parent.id, child.id
+
+    async def states(*ids: uuid.UUID) -> list[str]:
+        async with get_client() as client:
+            return [(await client.read_flow_run(i)).state.type.value for i in ids]
+
+    _, dead_paused = asyncio.run(family(Paused()))
+    _, dead_pending = asyncio.run(family(Pending()))
+    live_parent, live_child = asyncio.run(family(Paused()))
+    beat("worker-alive", 1, "host", [str(live_parent)])
+    ended = asyncio.run(end_orphans())
+    assert {str(dead_paused), str(dead_pending)} <= set(ended) and str(live_child) not in ended
+    assert asyncio.run(states(dead_paused, dead_pending, live_child)) == [
+        "CRASHED", "CRASHED", "PAUSED"
+    ]  # fmt: skip
+
+
+def test_a_run_a_dead_worker_took_but_never_started_is_handed_back(
+    prefect_api: str, db_url: str, home: Path
+) -> None:
+    """A worker took a run of the pool (Pending) and its machine died before the run began:
+    no heartbeat ever came, so no automation crashes it. Past the alive window, and listed
+    by no live worker, it is Scheduled again for a live worker; one a live worker lists
+    stays as it is."""
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists
+    from prefect.states import Pending
+
+    from flows.watchdog import hand_back_stranded
+    from models.worker_beat import beat
+
+    async def taken() -> tuple[uuid.UUID, uuid.UUID]:
+        async with get_client() as client:
+            with contextlib.suppress(ObjectAlreadyExists):
+                await client.create_work_pool(WorkPoolCreate(name="teamflow", type="process"))
+            flow_id = await client.create_flow(team_task)
+            deployment = await client.create_deployment(
+                flow_id=flow_id, name=f"stranded-{uuid.uuid4().hex[:6]}", work_pool_name="teamflow"
+            )
+            runs = [
+                await client.create_flow_run_from_deployment(deployment, state=Pending())
+                for _ in range(2)
+            ]
+            return runs[0].id, runs[1].id
+
+    async def states(*ids: uuid.UUID) -> list[str]:
+        async with get_client() as client:
+            return [(await client.read_flow_run(i)).state.type.value for i in ids]
+
+    stranded, held = asyncio.run(taken())
+    beat("worker-alive", 1, "host", [str(held)])
+    handed = asyncio.run(hand_back_stranded(older_than=0))  # as if the window had passed
+    assert str(stranded) in handed and str(held) not in handed
+    assert asyncio.run(states(stranded, held)) == ["SCHEDULED", "PENDING"]

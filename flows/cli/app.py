@@ -30,6 +30,7 @@ COMMANDS = {
     "demo": ("flows.cli.demo", "demo"),
     "metrics": ("flows.cli.metrics", "metrics"),
     "mcp": ("flows.cli.mcp", "mcp"),
+    "api": ("flows.cli.api", "api"),
 }
 """The root's commands: name -> (module, function), in the order `--help` lists them."""
 
@@ -40,12 +41,15 @@ GROUPS = {
     "msg": ("flows.cli.msg", "msg_app"),
     "tool": ("flows.cli.tool", "tool_app"),
     "plan": ("flows.cli.plan", "plan_app"),
+    "action": ("flows.cli.action", "action_app"),
     "task": ("flows.cli.task", "task_app"),
     "alert": ("flows.cli.alert", "alert_app"),
     "memory": ("flows.cli.memory", "memory_app"),
     "knowledge": ("flows.cli.knowledge", "knowledge_app"),
+    "resource": ("flows.cli.resource", "resource_app"),
     "template": ("flows.cli.template", "template_app"),
     "project": ("flows.cli.project", "project_app"),
+    "user": ("flows.cli.user", "user_app"),
 }
 """The root's command groups: name -> (module, Typer app)."""
 
@@ -106,6 +110,10 @@ def main() -> None:
         error(message, kind=type(exc).__name__)
         sys.exit(1)
     except Exception as exc:
+        unwritable = _unwritable(exc)
+        if unwritable is not None:
+            error(unwritable, kind="DatabaseError")
+            sys.exit(1)
         if not _missing_table(exc):
             raise
         error(
@@ -145,6 +153,40 @@ def console() -> None:
         sys.modules["models.db"].dispose_engines()
     atexit._run_exitfuncs()
     os._exit(code)
+
+
+def _unwritable(exc: Exception) -> str | None:
+    """One line for the database refusing a write (read-only file, full disk, no space on
+    PostgreSQL's side), naming the database; None for anything else."""
+    if not type(exc).__module__.startswith("sqlalchemy"):
+        return None
+    reason = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or ["?"])[0]
+    words = ("readonly", "read-only", "disk is full", "no space", "disk full", "disk i/o")
+    unopened = "unable to open database file" in reason.lower()
+    if not unopened and not any(w in reason.lower() for w in words):
+        return None
+    from models import db
+    from models.settings import get_settings
+
+    url = get_settings().database_url
+    where = db.redact(url)
+    if unopened:
+        return f"the database {where} cannot be opened: {reason}{_sqlite_folder(url)}"
+    return f"the database {where} refuses to write: {reason}"
+
+
+def _sqlite_folder(url: str) -> str:
+    """Why SQLite may not open its file: its folder is missing or read-only (it writes its
+    journal and WAL files beside the database)."""
+    prefix = "sqlite:///"
+    if not url.startswith(prefix) or url.startswith(prefix + "file:"):
+        return ""
+    folder = os.path.dirname(os.path.abspath(url.removeprefix(prefix).partition("?")[0]))
+    if not os.path.isdir(folder):
+        return f" (its folder {folder} does not exist)"
+    if not os.access(folder, os.W_OK):
+        return f" (its folder {folder} is read-only; SQLite writes its journal beside the file)"
+    return ""
 
 
 def _missing_table(exc: Exception) -> bool:

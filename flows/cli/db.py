@@ -17,7 +17,9 @@ def db_upgrade(
     revision: Annotated[str, typer.Argument(help="Migration to go to.")] = "head",
     as_json: JsonFlag = False,
 ) -> None:
-    """Applies teamflow's database migrations (creates every table on a new database)."""
+    """Applies teamflow's database migrations (creates every table on a new database), and
+    registers the built-in tools the home lacks (`teamflow tool list` shows them)."""
+    from flows.tools import install_builtin_tools
     from models import db
 
     settings = get_settings()
@@ -27,7 +29,16 @@ def db_upgrade(
     except db.DatabaseError as exc:
         fail(str(exc))
     url = db.redact(settings.database_url)
+    added = install_builtin_tools(missing_only=True) if revision == "head" else []
     if as_json:
-        emit({"database": url, "revision": current})
+        emit(
+            {
+                "database": url,
+                "revision": current,
+                "builtin_tools_added": [t.tool_id for t in added],
+            }
+        )
     else:
         typer.echo(f"database {url} is at migration {current}")
+        if added:
+            typer.echo(f"built-in tools added: {', '.join(t.tool_id for t in added)}")

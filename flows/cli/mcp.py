@@ -18,9 +18,12 @@ def mcp(
     host: Annotated[str, typer.Option("--host", help="--http: the address to listen on.")] = (
         "127.0.0.1"
     ),
-    port: Annotated[int, typer.Option("--port", help="--http: the port.", min=1, max=65535)] = (
-        4243
-    ),
+    port: Annotated[
+        int | None,
+        typer.Option(
+            "--port", help="--http: the port [default: TEAMFLOW_MCP_PORT, 4310].", min=1, max=65535
+        ),
+    ] = None,
     allow_local_user: Annotated[
         bool,
         typer.Option(
@@ -45,6 +48,8 @@ def mcp(
     if allow_local_user and host not in LOOPBACK:
         fail(f"--allow-local-user needs a loopback --host (127.0.0.1), not {host}")
     from flows.mcp.app import serve_http
+    from models.settings import get_settings
 
+    port = port or get_settings().mcp_port
     typer.echo(f"teamflow mcp: http://{host}:{port}/mcp", err=True)
     serve_http(host, port, allow_local_user=allow_local_user)

@@ -8,6 +8,18 @@ from typing import Annotated
 import typer
 
 from flows.cli.output import JsonFlag, emit, fail, seconds_check
+from flows.cli.policy_opts import (
+    ApproveConfidenceOpt,
+    ApproveLevelOpt,
+    ApproveToolsOpt,
+    ApproveWarningsOpt,
+    ApproveWritesOpt,
+    BudgetOpt,
+    SecondsBudgetOpt,
+    ToolPolicyOpt,
+    ToolTimeoutOpt,
+    policy_changes,
+)
 from models.settings import get_settings
 
 member_app = typer.Typer(
@@ -100,6 +112,15 @@ ToolOpt = Annotated[
         rich_help_panel=RT,
     ),
 ]  # fmt: skip
+ResourceOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--resource", metavar="ID:read|write",
+        help="A resource (teamflow resource add) the member may use, and how (repeat; "
+        "member set: replaces the ones given before).",
+        rich_help_panel=RT,
+    ),
+]  # fmt: skip
 
 
 TemplateOpt = Annotated[
@@ -141,12 +162,18 @@ def _member_json(m) -> dict:
     return m.to_wire().to_wire()
 
 
-def _runtime(current, **given):
-    """The runtime config the options make (see `flows.cli.runtime_options`), or a refusal."""
+def _runtime(current, resources: list[str] | None = None, **given):
+    """The runtime config the options make (see `flows.cli.runtime_options`), or a refusal.
+    `resources`: `ID:read|write` specs, each a stored resource (`teamflow resource add`)."""
     from flows.cli.runtime_options import RuntimeOptionError, RuntimeOptions, build_runtime
 
+    grants = None
+    if resources is not None:
+        from models.knowledge import resource_grants
+
+        grants = resource_grants(resources)
     try:
-        return build_runtime(current, RuntimeOptions(**given))
+        return build_runtime(current, RuntimeOptions(**given, resources=grants))
     except RuntimeOptionError as exc:
         fail(str(exc))
 
@@ -172,7 +199,11 @@ def member_add(
         str, typer.Option("--backend", help="in-process, tmux, docker or k8s.")
     ] = "in-process",
     color: Annotated[
-        str | None, typer.Option("--color", help="Default: the next in the seed's order.")
+        str | None, typer.Option("--color", help="Default: by --role, else blue or green.")
+    ] = None,
+    role: Annotated[
+        str | None,
+        typer.Option("--role", help="coordinator, specialized, reviewer or error: its colour."),
     ] = None,
     pane: Annotated[
         str | None, typer.Option("--pane", help="tmux pane id, e.g. %88 (tmux backend).")
@@ -191,6 +222,7 @@ def member_add(
     api_key_secret: KeySecretOpt = None,
     playbook: PlaybookOpt = None,
     tools: ToolOpt = None,
+    resources: ResourceOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Adds a member to a team (agentId name@team, active, with an initial system message).
@@ -209,12 +241,12 @@ def member_add(
     config = _runtime(
         None, kind=runtime, command=command, timeout=timeout, env=env, cwd=cwd,
         base_url=base_url, llm_model=llm_model, api_key_env=api_key_env,
-        api_key_secret=api_key_secret, playbook=playbook, tools=tools,
+        api_key_secret=api_key_secret, playbook=playbook, tools=tools, resources=resources,
     )  # fmt: skip
     member = membership.add_member(
         team_name, name, model=model, prompt=prompt, agent_type=agent_type, backend=backend,
         color=color, tmux_pane_id=pane, plan_mode_required=plan_mode or None, runtime=config,
-        prompt_template=origin,
+        prompt_template=origin, role=role,
     )  # fmt: skip
     if as_json:
         emit(_member_json(member))
@@ -258,9 +290,20 @@ def member_set(
         bool,
         typer.Option("--all-tools", help="The member may use every tool.", rich_help_panel=RT),
     ] = False,
+    approve_tools: ApproveToolsOpt = None,
+    approve_writes: ApproveWritesOpt = None,
+    approve_below_confidence: ApproveConfidenceOpt = None,
+    approve_warnings: ApproveWarningsOpt = None,
+    approve_security_level: ApproveLevelOpt = None,
+    tool_timeout: ToolTimeoutOpt = None,
+    tool_policy: ToolPolicyOpt = None,
+    budget_tokens: BudgetOpt = None,
+    budget_seconds: SecondsBudgetOpt = None,
+    resources: ResourceOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Changes a member: its model, prompt, plan mode, tools or runtime.
+    """Changes a member: its model, prompt, plan mode, tools, resources or runtime, which of
+    its tool calls need a person and its token budget (these override the team's settings).
 
     Only what is given changes. `--runtime` of another kind starts that kind's settings
     afresh; without it the options change the member's current runtime. `--env` replaces
@@ -279,8 +322,19 @@ def member_set(
         row.runtime, kind=runtime, command=command, timeout=timeout, env=env, cwd=cwd,
         base_url=base_url, llm_model=llm_model, api_key_env=api_key_env,
         api_key_secret=api_key_secret, playbook=playbook, tools=tools, all_tools=all_tools,
+        resources=resources,
     )  # fmt: skip
-    changed = teams.update_member(
+    from models import membership
+    from models.member_policy import set_member_policy
+
+    policy, resets = policy_changes(
+        approve_tools, approve_writes, approve_below_confidence, approve_warnings,
+        approve_security_level, tool_timeout, tool_policy, budget_tokens,
+        budget_seconds,
+    )  # fmt: skip
+    if policy or resets:
+        set_member_policy(team_name, name, {**policy, **dict.fromkeys(resets)})
+    changed = membership.update_member(
         team_name, name, model=model, prompt=prompt, plan_mode_required=plan_mode,
         runtime=config if config != (row.runtime or {}) else None, prompt_template=origin,
     )  # fmt: skip
@@ -306,6 +360,7 @@ def _show_json(m) -> dict:
         "isActive": m.is_active,
         "planModeRequired": bool(m.plan_mode_required),
         "tools": (m.runtime or {}).get("tools"),
+        "resources": (m.runtime or {}).get("resources") or [],
         "runtime": m.runtime or {},
         "canRun": problem is None,
         "problem": problem,
@@ -319,16 +374,32 @@ def _template_line(origin: dict | None) -> list[tuple[str, str]]:
     return [("template", f"{origin.get('templateId')} v{origin.get('version')} ({values})")]
 
 
+def _resources_line(resources: list[dict]) -> str:
+    if not resources:
+        return "none"
+    return ", ".join(f"{r.get('id')} ({r.get('access')})" for r in resources)
+
+
 @member_app.command("show")
 def member_show(
     team_name: Annotated[str, typer.Argument(metavar="TEAM")],
     name: str,
+    as_config: Annotated[
+        bool, typer.Option("--as-config", help="Print its 000 Agent Configuration (JSON).")
+    ] = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Shows a member: model, prompt, plan mode, tools and runtime (never a secret: teamflow
-    stores only the name of the variable or Secret block that holds an API key)."""
+    stores only the name of the variable or Secret block that holds an API key).
+    `--as-config` prints the member's `000` Agent Configuration instead."""
     from flows.cli.runtime_options import SET_HINT, describe
     from models import team as teams
+
+    if as_config:
+        from models import membership
+
+        emit(membership.agent_config(team_name, name).model_dump(mode="json"))
+        return
 
     found = [m for m in teams.list_members(team_name) if m.name == name]
     if not found:
@@ -346,6 +417,7 @@ def member_show(
         *_template_line(data["promptTemplate"]),
         ("plan_mode", "required" if data["planModeRequired"] else "no"),
         ("tools", tools),
+        ("resources", _resources_line(data["resources"])),
         *describe(data["runtime"]),
     ]
     if data["canRun"]:
@@ -418,10 +490,13 @@ def member_shutdown(
     """Shuts a member down through the handshake: starts a shutdown-member run."""
     from flows.decisions import start_shutdown
     from flows.runner import RunnerError
+    from models.identity import Principal
     from models.shutdown import ShutdownError
 
     try:
-        started = start_shutdown(team_name, name, reason=reason, timeout=timeout)
+        started = start_shutdown(
+            team_name, name, who=Principal.local(), reason=reason, timeout=timeout
+        )
     except ShutdownError as exc:
         fail(str(exc))
     except RunnerError as exc:

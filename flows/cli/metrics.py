@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -81,6 +81,7 @@ def metrics(
     busy / idle / offline; per alert type: firings, delivered, missed, lateness."""
     from models import metric_frames
     from models import metrics as m
+    from models.member_policy import budget_spend
 
     try:
         window = m.parse_duration(since) if since is not None else None
@@ -95,6 +96,7 @@ def metrics(
     start = metric_frames.window_start(window)
     frame = m.headline(team_name, start)
     alerts = m.alert_lateness(team_name, start)
+    budgets = budget_spend(team_name)
     if plot is not None:
         write_plot(team_name, start, plot)
     if as_json:
@@ -104,6 +106,7 @@ def metrics(
                 "since": start.isoformat() if start else None,
                 "members": m.records(frame),
                 "alerts": m.records(alerts),
+                "budgets": budgets,
                 "plot": str(plot) if plot is not None else None,
             }
         )
@@ -128,6 +131,21 @@ def metrics(
         console.print(f"{team_name}: no alerts fired")
     else:
         console.print(alert_table)
+    for b in budgets:
+        spent = []
+        if b["budget_tokens"]:
+            share = b["spent_tokens"] / b["budget_tokens"]
+            spent.append(
+                f"{b['spent_tokens']} of {b['budget_tokens']} budget tokens ({100 * share:.0f}%)"
+            )
+        if b["budget_seconds"]:
+            share = b["spent_seconds"] / b["budget_seconds"]
+            seconds = f"{b['spent_seconds']:g} of {b['budget_seconds']} budget seconds"
+            spent.append(f"{seconds} ({100 * share:.0f}%)")
+        console.print(
+            f"{b['member']}: spent {' and '.join(spent)} on its latest task"
+            + (", budget exhausted" if b["exhausted"] else "")
+        )
     if plot is not None:
         typer.echo(f"plot written to {plot}")
 
@@ -146,27 +164,43 @@ def write_plot(team: str, start, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    figure = plot_figure(team, start)
+    figure.savefig(path, format="png", dpi=100)
+    plt.close(figure)
+
+
+def plot_figure(team: str, start) -> Any:
+    """The figure `write_plot` saves: its time axis spans the days of the data, an empty
+    plot says so in words (`models.metric_plots`)."""
+    import matplotlib.pyplot as plt
+
     from models import metrics as m
+    from models.metric_plots import nothing, time_axis
 
     work = m.work_over_time(team, start, freq="day")
     done = m.throughput(team, start, freq="day")
     figure, (tokens_ax, tasks_ax) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     if work.empty:
-        tokens_ax.text(0.5, 0.5, "no task metrics yet", ha="center", transform=tokens_ax.transAxes)
+        nothing(tokens_ax, "task metrics")
     else:
         per_member = work.pivot_table(
             index="bucket", columns="member", values="tokens", aggfunc="sum", fill_value=0
         )
-        per_member.plot(ax=tokens_ax, marker="o")
+        for name in per_member.columns:
+            tokens_ax.plot(per_member.index, per_member[name], marker="o", label=name)
+        tokens_ax.legend()
     tokens_ax.set_title(f"{team}: tokens per day, per member")
     tokens_ax.set_ylabel("tokens")
-    if not done.empty:
+    if done.empty:
+        nothing(tasks_ax, "finished tasks")
+    else:
         tasks_ax.bar(done["bucket"], done["tasks"], width=0.8, label="tasks finished")
         tasks_ax.bar(done["bucket"], done["failed"], width=0.8, label="failed executions")
         tasks_ax.legend()
     tasks_ax.set_title("tasks finished per day")
     tasks_ax.set_ylabel("tasks")
-    figure.autofmt_xdate()
+    days = [*work.get("bucket", []), *done.get("bucket", [])]
+    if days:
+        time_axis(tasks_ax, days)  # shared: both plots span the days of the data
     figure.tight_layout()
-    figure.savefig(path, format="png", dpi=100)
-    plt.close(figure)
+    return figure

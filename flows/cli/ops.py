@@ -23,7 +23,7 @@ def up(
 
     The server listens at PREFECT_API_URL (default http://127.0.0.1:4200/api) with its
     database under $TEAMFLOW_HOME; Ctrl-C or SIGTERM stops what this command started.
-    The watchdog runs every 30 s, or every TEAMFLOW_WATCHDOG_EVERY (e.g. 10s, 2m).
+    The watchdog checks every 30 s, or every TEAMFLOW_WATCHDOG_EVERY (e.g. 10s, 2m).
     """
     from flows import runner
     from flows import up as bring

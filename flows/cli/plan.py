@@ -37,12 +37,14 @@ def plan_request(
     """Asks the lead to approve a plan: starts a plan-approval run (needs `teamflow up`)."""
     from flows.decisions import start_plan_request
     from flows.runner import RunnerError
+    from models.identity import Principal
     from models.team_settings import ApprovalError
 
     try:
         started = start_plan_request(
-            team_name, member, plan, summary, revises=revises, timeout=timeout, policy=policy
-        )
+            team_name, member, plan, summary, who=Principal.local(), revises=revises,
+            timeout=timeout, policy=policy,
+        )  # fmt: skip
     except ApprovalError as exc:
         fail(str(exc))
     except RunnerError as exc:
@@ -61,8 +63,11 @@ def plan_list(
     pending: Annotated[bool, typer.Option("--pending", help="Only undecided plans.")] = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Lists a team's plan approval requests, oldest first."""
+    """Lists a team's plan approval requests, oldest first; a pending one with the address
+    of its waiting run in the Prefect UI (where its decision form is)."""
+    from flows.runner import run_url
     from models import approval
+    from models.approval import ApprovalStatus
 
     rows = approval.list_requests(team_name, pending=pending)
     if as_json:
@@ -71,18 +76,29 @@ def plan_list(
     for r in rows:
         state = r.status + (f" by {r.decided_by}" if r.decided_by else "")
         typer.echo(f"{r.request_id}  {r.member:<16} {state:<24} rev {r.revision}  {r.summary}")
+        if r.status == ApprovalStatus.PENDING.value and r.flow_run_id:
+            typer.echo(f"    waits at {run_url(r.flow_run_id)}")
     if not rows:
         typer.echo("no pending plans" if pending else "no plans")
 
 
 def _decide(request_id: str, approve: bool, feedback: str | None, decider: str | None) -> None:
+    """Decides as the person whose token is in `TEAMFLOW_TOKEN` or the token file (a user's
+    or a member's), or without one as the local user (`--as` taken as declared), which a
+    team with users refuses."""
     from flows.decisions import decide_plan
+    from models.identity import Door, Forbidden, Principal
     from models.team_settings import ApprovalError
+    from models.users import own_token, principal_of_bearer
 
+    token = own_token()
     try:
-        decided = decide_plan(request_id, approve=approve, feedback=feedback, decider=decider)
-    except ApprovalError as exc:
-        fail(str(exc))
+        who = principal_of_bearer(token, Door.CLI) if token else Principal.local()
+        decided = decide_plan(
+            request_id, who=who, approve=approve, feedback=feedback, decider=decider
+        )
+    except (ApprovalError, Forbidden) as exc:
+        fail(str(exc), kind=getattr(exc, "kind", "Error"))
     row = decided.request
     typer.echo(f"plan {row.request_id} of {row.member} {row.status} by {decided.decider}")
     if decided.note:

@@ -11,7 +11,6 @@ environment variable or of the Prefect Secret block that holds it.
 
 from __future__ import annotations
 
-import math
 import re
 import shlex
 from dataclasses import dataclass
@@ -54,6 +53,8 @@ class RuntimeOptions:
     playbook: Path | None = None
     tools: list[str] | None = None
     all_tools: bool = False
+    resources: list[dict[str, Any]] | None = None
+    """The member's resources (`models.knowledge.resource_grants`); replace the ones before."""
 
     def _tools_given(self) -> bool:
         return self.tools is not None or self.all_tools
@@ -97,10 +98,10 @@ def build_runtime(current: dict[str, Any] | None, options: RuntimeOptions) -> di
     if options.timeout is not None:
         if kind not in ("command", "openai"):
             raise RuntimeOptionError("--timeout is for --runtime command or openai")
-        if not math.isfinite(options.timeout) or options.timeout <= 0:
-            raise RuntimeOptionError(
-                f"--timeout must be a positive number of seconds, not {options.timeout}"
-            )
+        from models.team_settings import SECONDS_RANGE, is_seconds
+
+        if not is_seconds(options.timeout):
+            raise RuntimeOptionError(f"--timeout must be {SECONDS_RANGE}, not {options.timeout}")
     if options.api_key_env is not None and options.api_key_secret is not None:
         raise RuntimeOptionError("give --api-key-env or --api-key-secret, not both")
 
@@ -126,9 +127,12 @@ def build_runtime(current: dict[str, Any] | None, options: RuntimeOptions) -> di
         config.pop("tools", None)
     elif options.tools is not None:
         for tool in options.tools:
-            if not TOOL_ID.match(tool):
+            if not TOOL_ID.fullmatch(tool):
                 raise RuntimeOptionError(f"--tool {tool!r} is not a tool id")
         config["tools"] = list(dict.fromkeys(options.tools))
+
+    if options.resources is not None:
+        config["resources"] = options.resources
 
     if kind == "command" and not config.get("argv"):
         raise RuntimeOptionError('--runtime command needs --command "PROGRAM ARGS"')
@@ -171,7 +175,7 @@ def _command(config: dict[str, Any], options: RuntimeOptions) -> None:
             name, sep, value = item.partition("=")
             if not sep:
                 raise RuntimeOptionError(f"--env {item!r} is not NAME=VALUE")
-            if not ENV_NAME.match(name):
+            if not ENV_NAME.fullmatch(name):
                 raise RuntimeOptionError(f"--env {name!r} is not an environment variable name")
             if SECRET_NAME.search(name):
                 raise RuntimeOptionError(
@@ -197,7 +201,7 @@ def _openai(config: dict[str, Any], options: RuntimeOptions) -> None:
             raise RuntimeOptionError("--llm-model is empty: give the endpoint's model name")
         config["model"] = options.llm_model.strip()
     if options.api_key_env is not None:
-        if not ENV_NAME.match(options.api_key_env):
+        if not ENV_NAME.fullmatch(options.api_key_env):
             raise RuntimeOptionError(
                 f"--api-key-env {options.api_key_env!r} is not an environment variable name "
                 "(give the variable's name, never the key)"
@@ -205,7 +209,7 @@ def _openai(config: dict[str, Any], options: RuntimeOptions) -> None:
         config["api_key_env"] = options.api_key_env
         config.pop("api_key_secret", None)
     if options.api_key_secret is not None:
-        if not BLOCK_NAME.match(options.api_key_secret):
+        if not BLOCK_NAME.fullmatch(options.api_key_secret):
             raise RuntimeOptionError(
                 f"--api-key-secret {options.api_key_secret!r} is not a Prefect Secret block "
                 "name (lowercase letters, digits and dashes)"

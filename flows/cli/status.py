@@ -5,7 +5,7 @@ inbox files taken in.
 from __future__ import annotations
 
 import sys
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -50,7 +50,9 @@ def log(
 def status(
     team_name: Annotated[str, typer.Argument(metavar="TEAM")], as_json: JsonFlag = False
 ) -> None:
-    """The team's state (004 Export Team State) with unread counts per member."""
+    """The team's state (004 Export Team State) with unread counts per member, and the link
+    to the team's runs in the Prefect UI (its run list filtered by the team's tag)."""
+    from flows.runner import team_runs_url
     from models import presence
 
     state = presence.team_state(team_name)
@@ -61,33 +63,50 @@ def status(
     typer.echo(f"active members: {len(state['active_members'])} of {state['total_members']}")
     for name, count in state["unread"].items():
         typer.echo(f"  {name:<20} {count} unread")
+    typer.echo(f"runs: {team_runs_url(state['team'])}")
 
 
 def sync(
     team_name: Annotated[str, typer.Argument(metavar="TEAM")], as_json: JsonFlag = False
 ) -> None:
-    """Takes in messages and read flags that others wrote into the team's inbox files.
+    """Takes in messages and read flags that others wrote into the team's inbox files, and
+    members added or marked inactive in its config.json (004 "Updating Config").
 
     An entry that a send would refuse (invalid, over the size limit) or a file that is not
     JSON is refused with one line each on stderr, the rest taken in, the file kept as
-    `{member}.json.bad-{time}`; the exit code is then 1.
+    `{member}.json.bad-{time}`; the exit code is then 1. Only on the mirror host
+    (`TEAMFLOW_MIRROR`, see docs/beyond-one-machine.md).
     """
-    from models import inbox_files
+    from models import config_intake, inbox_files
+    from models.settings import get_settings
 
+    if not get_settings().mirror:
+        fail(
+            "this host does not mirror the team files (TEAMFLOW_MIRROR is off): run "
+            "`teamflow sync` on the mirror host"
+        )
+    config = config_intake.take_in(team_name)  # first: a member added there gets its inbox
     refused: dict[str, list[str]] = {}
     report = inbox_files.sync(team_name, refused)
     if as_json:
-        emit(
-            {
-                m: {"added": a, "marked_read": r} | ({"refused": refused[m]} if refused[m] else {})
-                for m, (a, r) in report.items()
-            }
-        )
+        taken: dict[str, Any] = {
+            m: {"added": a, "marked_read": r} | ({"refused": refused[m]} if refused[m] else {})
+            for m, (a, r) in report.items()
+        }
+        if config.joined or config.inactive or config.refused:
+            taken["config.json"] = {"joined": config.joined, "inactive": config.inactive} | (
+                {"refused": config.refused} if config.refused else {}
+            )
+        emit(taken)
     else:
+        for line in config.lines():
+            typer.echo(line)
         added = sum(a for a, _ in report.values())
         marked = sum(r for _, r in report.values())
         typer.echo(f"took in {added} new messages and {marked} read flags")
     lines = [line for member in report for line in refused[member]]
+    if config.refused:
+        lines.insert(0, config.refused)
     for line in lines:
         typer.echo(f"teamflow: refused: {line}", err=True)
     if lines:

@@ -1,4 +1,4 @@
-"""`teamflow task`: team tasks: create, list, show, run."""
+"""`teamflow task`: team tasks: create, list, show, run, resume; ASYNC actions by task_id."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import typer
 
 from flows.cli.output import JsonFlag, emit, fail
 
-task_app = typer.Typer(help="Team tasks: create, list, show, run.", no_args_is_help=True)
+task_app = typer.Typer(
+    help="Team tasks: create, list, show, run, resume, action.", no_args_is_help=True
+)
 
 
 def _task_json(row, blocked_by: list[str] | None = None) -> dict:
@@ -170,19 +172,36 @@ def task_list(
 
 @task_app.command("show")
 def task_show(
-    task_id: Annotated[str, typer.Argument(metavar="ID")], as_json: JsonFlag = False
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    feedback: Annotated[
+        bool, typer.Option("--feedback", help="Print its executions' 000 Feedback (JSON).")
+    ] = False,
+    experience: Annotated[
+        bool, typer.Option("--experience", help="Print its 000 Experience Logs (JSON).")
+    ] = False,
+    as_json: JsonFlag = False,
 ) -> None:
-    """Shows one task (the 001 Task, with teamflow's fields)."""
+    """Shows one task (the 001 Task, with teamflow's fields); `--experience` its members'
+    `000` Experience Logs, `--feedback` the `000` Feedback of their tool runs."""
     from models.task import get_task
 
     row = get_task(task_id)
+    if feedback or experience:
+        from models import agent
+
+        read = agent.task_feedback if feedback else agent.task_experience
+        emit([item.model_dump(mode="json") for item in read(str(row.id))])
+        return
     data = _task_json(row, _blockers([row]).get(row.id))
+    # Where its runs stand: resumes after a crash (each its own run), the run holding it.
+    data |= {"attempt": row.attempt, "resumes": row.resumes, "lease": row.lease,
+             "run_id": row.run_id, "worker": row.worker}  # fmt: skip
     if as_json:
         emit(data)
         return
     for key in ("id", "team", "title", "status", "assignee_ids", "priority", "deadline"):
         typer.echo(f"{key:<13} {data.get(key)}")
-    for key in ("blocked_by", "reason"):
+    for key in ("blocked_by", "reason", "attempt", "resumes", "run_id", "worker"):
         if data[key]:
             typer.echo(f"{key:<13} {data[key]}")
 
@@ -230,6 +249,30 @@ def task_run(
         typer.echo(f"started {run.name}: {run.url}")
 
 
+@task_app.command("resume")
+def task_resume(
+    task_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Resumes a task in progress or one that failed (its run died): a new `team-task` run
+    goes on from each member's last completed step. Completed tool calls are not run again
+    (their recorded results are given back), a decided plan is not asked again. A run that
+    still holds the task stops at its next step. (`task run` starts a failed task afresh.)
+    """
+    from flows.runner import start_resume
+    from models.task_lease import due_resumes, resume_started, resume_task
+
+    row = resume_task(task_id)
+    due = next(d for d in due_resumes() if d.task_id == str(row.id))
+    run = start_resume(due)
+    resume_started(due.task_id, due.lease)
+    if as_json:
+        emit({"task_id": str(row.id), "flow_run_id": str(run.id), "url": run.url,
+              "lease": row.lease, "resumes": row.resumes})  # fmt: skip
+    else:
+        typer.echo(f"resumed {run.name}: {run.url}")
+
+
 def _check_startable(row) -> None:
     """Fails with one line when the task cannot start now: open blockers, or no assignee
     and no idle member to take it."""
@@ -256,3 +299,35 @@ def _check_startable(row) -> None:
                 "active member with a usable runtime to take it; give it one with "
                 "--assignee on a new task, or wait for a member to finish"
             )
+
+
+@task_app.command("action")
+def task_action(
+    task_id: Annotated[str, typer.Argument(metavar="TASK_ID", help="The action's 002 task_id.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Shows an ASYNC action (seed 002) by the `task_id` its step got back with
+    `TASK_STARTED`: its member, tool and params, `running` or `finished`, and its `001`
+    ToolResult once it has arrived."""
+    from models.async_actions import find_action
+
+    found = find_action(task_id)
+    if as_json:
+        emit(found.to_json())
+        return
+    data = found.to_json()
+    result = found.result
+    state = found.state if result is None else f"finished ({result.get('status')})"
+    lines = [
+        ("task_id", found.task_id), ("agent_id", found.agent_id), ("action", found.action),
+        ("params", json.dumps(found.params, ensure_ascii=False)), ("state", state),
+        ("started_at", data["started_at"]),
+    ]  # fmt: skip
+    if result is not None:
+        lines += [("finished_at", data["finished_at"])]
+        if result.get("error_message"):
+            lines += [("error", result["error_message"])]
+        else:
+            lines += [("result", json.dumps(result.get("result"), ensure_ascii=False))]
+    for key, value in lines:
+        typer.echo(f"{key:<12} {value}")

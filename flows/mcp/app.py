@@ -1,6 +1,6 @@
 """The whole teamflow MCP server (`build`), and the two ways `teamflow mcp` serves it."""
 
-from flows.mcp import own_tools, task_tools, team_tools
+from flows.mcp import action_tools, own_tools, task_tools, team_tools
 from flows.mcp.server import MAX_BODY_BYTES, TeamflowMCP, resources
 from models.settings import get_settings
 
@@ -11,6 +11,7 @@ def build(*, token: str | None = None, allow_local_http: bool = False) -> Teamfl
     team_tools.register(server)
     task_tools.register(server)
     own_tools.register(server)
+    action_tools.register(server)
     resources(server)
     return server
 

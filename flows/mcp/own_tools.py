@@ -12,7 +12,7 @@ from typing import Any
 from mcp.server.mcpserver import Context
 
 from flows.mcp.server import TeamflowMCP, refusals
-from models.identity import Action, authorize
+from models.identity import Action, PrincipalKind, authorize
 
 MAX_WAIT_S = 10.0
 """A tool call waits at most this long for a decision: people are slow, and a call must not
@@ -21,10 +21,10 @@ hold its connection for minutes. `plan_status` asks again later."""
 
 def _member(who, given: str) -> str:
     """The member a call is about: a member's session is always itself."""
-    if not who.is_local:
+    if who.kind is PrincipalKind.MEMBER:
         return given or who.name
     if not given:
-        raise ValueError("the local user must name the member: agent_name")
+        raise ValueError(f"{who.describe()} must name the member: agent_name")
     return given
 
 
@@ -57,8 +57,9 @@ def plan_request(
 
     with refusals(ctx) as who:
         member = _member(who, agent_name)
-        authorize(who, Action.PLAN_REQUEST, team_name, member)
-        started = start_plan_request(team_name, member, plan, summary, revises=revises or None)
+        started = start_plan_request(
+            team_name, member, plan, summary, who=who, revises=revises or None
+        )
         data = _await_decision(started.request_id, wait_seconds)
         data["url"] = started.run.url
         data["revision"] = started.revision
@@ -198,7 +199,7 @@ def alert_timer(
     from models.schedule import due_time
 
     with refusals(ctx) as who:
-        recipient = to or (None if who.is_local else who.name)
+        recipient = to or (who.name if who.kind is PrincipalKind.MEMBER else None)
         authorize(who, Action.ALERT_SET, team_name, recipient)
         due = due_time(after=after or None, at=at or None)
         check_alert(team_name, name, message, recipient)

@@ -18,7 +18,8 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from pydantic import ValidationError
 
-from models.identity import Door, Forbidden, Principal, Unauthorized, principal_of_token
+from models.identity import Door, Forbidden, Principal, PrincipalKind, Unauthorized
+from models.users import principal_of_bearer
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """HTTP request bodies up to this reach the tools, whose stores refuse oversized text with
@@ -32,8 +33,10 @@ teamflow: teams of AI agents with durable inboxes, tasks with dependencies, plan
 shutdown handshakes and alarms; every step a Prefect run. A session without a token is the
 local user (the team's lead); a session with a member token (teamflow member token TEAM NAME)
 is that member: it reads only its own inbox, sends only as itself, claims and reports its own
-tasks, asks for plan approval with plan_request. Tool results are JSON; a refusal is a tool
-error whose text is {"status": "error", "error": KIND, "message": ..., "details": ...}."""
+tasks, asks for plan approval with plan_request. The lead (or a listed approver) decides
+members' tool calls that wait for a person with action_list and action_decide. Tool results
+are JSON; a refusal is a tool error whose text is {"status": "error", "error": KIND,
+"message": ..., "details": ...}."""
 
 
 class EnvelopeError(ToolError):
@@ -110,9 +113,10 @@ def _as_envelope(tool: str, exc: ToolError) -> str:
 
 
 def caller(ctx: Context) -> Principal:
-    """Who calls: the member of the session's token, or the local user.
+    """Who calls: the member or the person (user) of the session's token, or the local user.
 
-    Over HTTP the token is the request's `Authorization: Bearer`; without one the caller is
+    Over HTTP the token is the request's `Authorization: Bearer`, a member's (`tft_...`) or
+    a user's (`tfu_...`, `teamflow user add`); without one the caller is
     the local user only when the server allows it (`--allow-local-user`), otherwise refused.
     Over stdio it is the server's `TEAMFLOW_TOKEN`; without one, the local user. The token
     is checked on every call, so a revoked token stops working at once.
@@ -123,17 +127,17 @@ def caller(ctx: Context) -> Principal:
         auth = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
         scheme, _, token = auth.strip().partition(" ")
         if token and scheme.lower() == "bearer":
-            return principal_of_token(token, Door.MCP_HTTP)
+            return principal_of_bearer(token, Door.MCP_HTTP)
         if auth:
             raise Unauthorized("the Authorization header must be: Bearer TOKEN")
         if server.allow_local_http:
             return Principal.local(Door.MCP_HTTP)
         raise Unauthorized(
-            "this server needs a member token: send Authorization: Bearer TOKEN "
-            "(teamflow member token TEAM NAME)"
+            "this server needs a token: send Authorization: Bearer TOKEN "
+            "(teamflow member token TEAM NAME, or teamflow user add NAME --role ROLE)"
         )
     if server.stdio_token:
-        return principal_of_token(server.stdio_token, Door.MCP)
+        return principal_of_bearer(server.stdio_token, Door.MCP)
     return Principal.local(Door.MCP)
 
 
@@ -147,7 +151,7 @@ def refusals(ctx: Context) -> Iterator[Principal]:
     try:
         who = caller(ctx)
         yield who
-        if not who.is_local:
+        if who.kind is PrincipalKind.MEMBER:
             # The call went through; a heartbeat it could not record changes nothing.
             with suppress(ValueError):
                 alive(who)
@@ -235,8 +239,7 @@ def resources(server: TeamflowMCP) -> None:
     )
     def member_inbox(team_name: str, agent_name: str, ctx: Context) -> str:
         with resource_refusals(), refusals(ctx) as who:
-            authorize(who, Action.INBOX_READ, team_name, agent_name)
-            rows = inbox.messages(team_name, agent_name)
+            rows = inbox.messages(team_name, agent_name, who=who)
             return json.dumps([r.entry_dict() for r in rows], ensure_ascii=False, default=str)
 
 

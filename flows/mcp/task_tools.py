@@ -11,7 +11,7 @@ from typing import Any, Literal
 from mcp.server.mcpserver import Context
 
 from flows.mcp.server import TeamflowMCP, refusals
-from models.identity import Action, TaskTarget, authorize
+from models.identity import Action, PrincipalKind, TaskTarget, authorize
 
 TaskStatus = Literal["pending", "in_progress", "completed", "deleted", "failed"]
 
@@ -47,7 +47,7 @@ def task_create(
                 team_name,
                 title=subject,
                 description=description or None,
-                creator=None if who.is_local else who.name,
+                creator=who.name if who.kind is PrincipalKind.MEMBER else None,
                 params=None,
                 session=s,
             )
@@ -89,6 +89,7 @@ def task_update(
     completes, the tasks it blocked and that are now free start (or their owners are told).
     Returns the task as it now stands, and "started": the tasks that became ready.
     """
+    from flows.outside import resume_reported
     from models.db import session_scope
     from models.task_edit import TaskChanges, find_task, task_views, update_task
 
@@ -113,6 +114,9 @@ def task_update(
         if done.owner_changed and owner:
             view["run"] = _start(str(done.task.id), team_name, owner_changed=True)
         view["started"] = [_start(str(t), team, owner_changed=False) for t, team in done.ready]
+        if done.owner_changed or status in ("completed", "failed", "deleted"):
+            # The report (or the new owner) ends the wait of the task's suspended run.
+            resume_reported([str(done.task.id)], team=team_name)
         return view
 
 

@@ -19,10 +19,13 @@ MessageKind = Literal[
 
 
 def _me(who, team_name: str, given: str) -> str:
-    """The name the caller acts as: `given`, else itself (a member) or the team's lead."""
+    """The name the caller acts as: `given`, else itself (a member, an approver user) or the
+    team's lead (the local user, a lead user)."""
+    from models.identity import PrincipalKind
+
     if given:
         return given
-    if not who.is_local:
+    if who.kind in (PrincipalKind.MEMBER, PrincipalKind.APPROVER):
         return who.name
     from models import team as teams
 
@@ -139,11 +142,13 @@ def send_message(
     request_id: str = "",
     approve: bool | None = None,
     sender: str = "",
+    attachments: list[str] | None = None,
 ) -> dict[str, Any]:
     """Send a message, or answer a protocol request.
 
     type:
-      - "message": to `recipient` (content, summary).
+      - "message": to `recipient` (content, summary, attachments: paths of artifacts), a
+        `001` agent_message.
       - "broadcast": to every active member but you (content, summary).
       - "shutdown_request": ask `recipient` to shut down (content: the reason). Lead only;
         starts a shutdown-member run (needs `teamflow up`).
@@ -156,7 +161,7 @@ def send_message(
     name is refused); the local user sends as the team's lead unless it names someone.
     Returns {"success", "message", ...} with the message id or request id.
     """
-    from models import inbox
+    from models import inbox, notify
 
     with refusals(ctx) as who:
         me = _me(who, team_name, sender)
@@ -166,9 +171,10 @@ def send_message(
             return _plan_response(who, team_name, me, recipient, request_id, approve, content)
         if type == "shutdown_response":
             return _shutdown_response(who, team_name, me, request_id, approve, content)
-        authorize(who, Action.MESSAGE_SEND, team_name, me)
         if type == "broadcast":
-            rows = inbox.broadcast(team_name, sender=me, text=content, summary=summary or None)
+            rows = inbox.broadcast(
+                team_name, sender=me, text=content, summary=summary or None, who=who
+            )
             return {
                 "success": True,
                 "message": f"broadcast sent to {len(rows)} member(s)",
@@ -176,7 +182,10 @@ def send_message(
             }
         if not recipient:
             raise ValueError("a message needs a recipient")
-        row = inbox.send(team_name, to=recipient, sender=me, text=content, summary=summary or None)
+        row = notify.agent_message(
+            team_name, to=recipient, sender=me, text=content, summary=summary or None,
+            attachments=attachments or None, who=who,
+        )  # fmt: skip
         return {
             "success": True,
             "message": f"message sent to {recipient}",
@@ -188,10 +197,9 @@ def send_message(
 def _shutdown_request(who, team_name: str, recipient: str, reason: str) -> dict[str, Any]:
     from flows.decisions import start_shutdown
 
-    authorize(who, Action.SHUTDOWN_REQUEST, team_name, recipient)
     if not recipient:
         raise ValueError("a shutdown_request needs a recipient")
-    started = start_shutdown(team_name, recipient, reason=reason or None)
+    started = start_shutdown(team_name, recipient, who=who, reason=reason or None)
     return {
         "success": True,
         "message": f"shutdown request sent to {recipient}",
@@ -207,7 +215,6 @@ def _plan_response(
     from flows.decisions import decide_plan
     from models import approval
 
-    authorize(who, Action.PLAN_DECIDE, team_name, me)
     if not request_id or approve is None:
         raise ValueError("a plan_approval_response needs request_id and approve")
     request = approval.get_request(request_id)
@@ -216,10 +223,7 @@ def _plan_response(
     if not approve and not feedback.strip():
         raise ValueError("a denial needs feedback in content: say what to change")
     decided = decide_plan(
-        request_id,
-        approve=bool(approve),
-        feedback=feedback or None,
-        decider=None if who.is_local and not me else me,
+        request_id, who=who, approve=bool(approve), feedback=feedback or None, decider=me
     )
     row = decided.request
     return {
@@ -235,39 +239,13 @@ def _plan_response(
 def _shutdown_response(
     who, team_name: str, me: str, request_id: str, approve, reason: str
 ) -> dict[str, Any]:
-    from models import inbox, shutdown
-    from models import team as teams
-    from models.base import utcnow
-    from models.db import session_scope
-    from models.inbox_message import ShutdownApproved, ShutdownRejected
+    from flows.decisions import answer_shutdown
 
-    authorize(who, Action.SHUTDOWN_ANSWER, team_name, me)
     if not request_id or approve is None:
         raise ValueError("a shutdown_response needs request_id and approve")
-    with session_scope() as s:
-        request = shutdown.get_shutdown(request_id, session=s)
-        if (request.team, request.member) != (team_name, me):
-            raise ValueError(f"shutdown {request_id} was not asked of {me} in team {team_name}")
-        member = teams.get_member(team_name, me, session=s)
-        payload: ShutdownApproved | ShutdownRejected
-        if approve:
-            payload = ShutdownApproved(
-                request_id=request_id,
-                backend_type=member.backend_type,
-                pane_id=member.tmux_pane_id,
-                timestamp=utcnow(),
-            )
-        else:
-            payload = ShutdownRejected(
-                request_id=request_id, reason=reason or "", timestamp=utcnow()
-            )
-        row = inbox.send_payload(
-            team_name,
-            to=request.requested_by or teams.settings_of(team_name, session=s).lead,
-            sender=me,
-            payload=payload,
-            session=s,
-        )
+    row = answer_shutdown(
+        team_name, me, request_id, who=who, approve=bool(approve), reason=reason or None
+    )
     verb = "approved" if approve else "refused"
     return {
         "success": True,
@@ -295,8 +273,9 @@ def read_inbox(
     from models import inbox
 
     with refusals(ctx) as who:
-        authorize(who, Action.INBOX_READ, team_name, agent_name)
-        rows = inbox.messages(team_name, agent_name, unread=unread_only, mark_read=mark_as_read)
+        rows = inbox.messages(
+            team_name, agent_name, unread=unread_only, mark_read=mark_as_read, who=who
+        )
         return [_entry(r) for r in rows]
 
 
@@ -339,16 +318,16 @@ def process_shutdown_approved(team_name: str, agent_name: str, ctx: Context) -> 
 
 
 def _stop(team_name: str, agent_name: str, *, forced: bool) -> dict[str, Any]:
+    from flows.outside import resume_reported
     from flows.spawn import kill_pane
     from models import team as teams
     from models.db import session_scope
-    from models.task_edit import free_tasks
 
-    row = _shutdown_of(team_name, agent_name, forced=forced)
+    row, freed = _shutdown_of(team_name, agent_name, forced=forced)
     with session_scope() as s:
         pane = teams.get_member(team_name, agent_name, session=s).tmux_pane_id
     closed = kill_pane(pane)
-    freed = free_tasks(team_name, agent_name)
+    resume_reported([str(t) for t in freed], team=team_name)  # their runs end, if suspended
     return {
         "success": True,
         "message": f"{agent_name} has been stopped" if forced else f"{agent_name} shut down",
@@ -360,9 +339,11 @@ def _stop(team_name: str, agent_name: str, *, forced: bool) -> dict[str, Any]:
 
 def _shutdown_of(team_name: str, member: str, *, forced: bool):
     """The member's shutdown, completed: its latest request (approved, unless `forced`), or
-    for a forced one without a request, a new request recorded and forced at once."""
+    for a forced one without a request, a new request recorded and forced at once; and the
+    open tasks it freed."""
     from models import shutdown
     from models.db import session_scope
+    from models.task_edit import free_tasks
 
     with session_scope() as s:
         mine = [r for r in shutdown.list_shutdowns(team_name, session=s) if r.member == member]
@@ -372,17 +353,23 @@ def _shutdown_of(team_name: str, member: str, *, forced: bool):
         if not forced:
             if latest is None:
                 raise ValueError(f"{member} was not asked to shut down (send a shutdown_request)")
-            return shutdown.complete_shutdown(latest.request_id, session=s)
+            if latest.status != shutdown.ShutdownStatus.APPROVED:
+                shutdown.complete_shutdown(latest.request_id, session=s)  # refuses, one line
+            freed = free_tasks(team_name, member, session=s)
+            return shutdown.complete_shutdown(latest.request_id, session=s), freed
         if latest is None or latest.completed_at is not None:
             latest = shutdown.request_shutdown(
                 team_name, member, reason="force_kill_teammate", session=s
             )
-        return shutdown.complete_shutdown(
+        # Freed here first (the completion would free them too) to say which they were.
+        freed = free_tasks(team_name, member, session=s)
+        row = shutdown.complete_shutdown(
             latest.request_id,
             forced=True,
             cause="killed by the lead (force_kill_teammate)",
             session=s,
         )
+        return row, freed
 
 
 def check_teammate(

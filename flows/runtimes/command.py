@@ -15,15 +15,36 @@ Chimera response is a `StepError` that says which.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from flows.runtimes import StepError, StepRequest, StepResult, parse_chimera
 from flows.tools import run_process
+from models.limits import loads_json
+from models.team_settings import SECONDS_RANGE, is_seconds
 
 DEFAULT_TIMEOUT = 60.0
 MAX_OUTPUT = 10_000_000
+
+
+_INTERPRETERS = re.compile(
+    r"(python[\d.]*|pypy[\d.]*|node|deno|bun|ruby|perl|php|sh|bash|zsh|uv|npx)"
+)
+
+
+def program_name(argv: tuple[str, ...] | list[str]) -> str:
+    """The agent's program as a user named it: `my_agent.py` of `python3 my_agent.py`, not
+    the interpreter (`python3 -m pkg` stays `python3 -m pkg`)."""
+    head = os.path.basename(argv[0])
+    if _INTERPRETERS.fullmatch(head) and len(argv) > 1:
+        if argv[1] in ("-m", "-c") and len(argv) > 2:
+            return f"{head} {argv[1]} {argv[2]}" if argv[1] == "-m" else f"{head} -c"
+        if not argv[1].startswith("-"):
+            return argv[1]
+    return argv[0]
 
 
 @dataclass(frozen=True)
@@ -44,8 +65,8 @@ class CommandRuntime:
         if not argv or not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise ValueError('command runtime needs "argv": a non-empty list of strings')
         timeout = config.get("timeout", DEFAULT_TIMEOUT)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ValueError('command runtime "timeout" must be a positive number of seconds')
+        if not is_seconds(timeout):
+            raise ValueError(f'command runtime "timeout" must be {SECONDS_RANGE}')
         env = config.get("env") or {}
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             raise ValueError('command runtime "env" must map names to strings')
@@ -53,7 +74,7 @@ class CommandRuntime:
 
     def step(self, request: StepRequest) -> StepResult:
         """Runs the program on `request`; its Chimera response, or a `StepError` saying why not."""
-        name = self.argv[0]
+        name = program_name(self.argv)
         try:
             outcome = run_process(
                 self.argv,
@@ -74,7 +95,7 @@ class CommandRuntime:
             why = f": {last.strip()}" if last else ""
             raise StepError(f"agent command {name} exited with code {outcome.exit_code}{why}")
         try:
-            data = json.loads(outcome.stdout)
+            data = loads_json(outcome.stdout, what=f"the output of agent command {name}")
         except ValueError as exc:
             start = outcome.stdout.strip()[:80] or "(nothing)"
             raise StepError(

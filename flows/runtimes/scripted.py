@@ -63,6 +63,7 @@ from flows.runtimes import (
     tool_results,
 )
 from models.conversation import ConversationRole
+from models.limits import LimitError, loads_json, read_capped
 from models.tool import ToolResult, ToolResultStatus
 
 _TOKEN = re.compile(r"\{\{|\}\}|\{([A-Za-z_][\w-]*(?:\.[\w-]+)*)\}")
@@ -156,7 +157,9 @@ def _is_playbook(value: Any) -> bool:
 
 def _read_playbook(path: Path) -> Any:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(read_capped(path).decode("utf-8"), what=f"playbook {path}")
+    except LimitError:
+        raise
     except FileNotFoundError:
         raise ValueError(f"playbook {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -1,0 +1,175 @@
+"""A teamflow worker's own life, as teamflow's database sees it (issue 31, item 4).
+
+`teamflow worker` (`flows/worker.py`) says who it is (`set_worker_name`), notes each run it
+runs in its process (`running`), and beats from a thread of its own every
+`TEAMFLOW_WORKER_BEAT_SECONDS` (`keep_beating`): its name, pid, host and the runs it runs,
+in `models.worker_beat`. The watchdog reads that before it declares a team task's run dead:
+a run its worker still runs, in a worker that still beats, keeps its task, however late
+Prefect heard from the run. A worker killed or frozen stops beating.
+
+A run this process still runs that Prefect's crash automation marked Crashed anyway (its
+heartbeats reached a loaded server late) is set back to Running at the next beat
+(`revive`): a live run is never left declared dead. A run that waits for input pauses
+itself again instead (`flows.waits`). A run that was here while the process stalled past
+`TEAMFLOW_WORKER_ALIVE_SECONDS` (frozen, say) is not revived: its task may have been resumed
+elsewhere meanwhile, and the step journal's lease stops it before it acts again.
+
+On the mirror host (`TEAMFLOW_MIRROR`), a worker also keeps that host's team files current
+with the commits of other machines (`keep_mirroring`, `models.mirror_follow`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+
+_name: str | None = None
+_runs: set[str] = set()
+_forfeited: set[str] = set()  # here while the process stalled: never revived
+_lock = threading.Lock()
+
+
+def set_worker_name(name: str | None) -> None:
+    """This process is the teamflow worker `name`."""
+    global _name
+    _name = name
+
+
+def worker_name() -> str | None:
+    """The teamflow worker this process is, if it is one (None: a run started with
+    `--local`, a test; such a run's task is taken for dead as soon as Prefect says so)."""
+    return _name
+
+
+@contextlib.contextmanager
+def running(run_id: str) -> Iterator[None]:
+    """The flow run `run_id` runs in this process while the block runs."""
+    with _lock:
+        _runs.add(run_id)
+    try:
+        yield
+    finally:
+        with _lock:
+            _runs.discard(run_id)
+            _forfeited.discard(run_id)
+
+
+def runs_here() -> list[str]:
+    """The flow runs running in this process now."""
+    with _lock:
+        return sorted(_runs)
+
+
+def revive() -> list[str]:
+    """Sets back to Running each run of this process (not waiting for input, not forfeited
+    by a stall) that the server says is Crashed; returns their ids."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterId,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.states import Running
+
+    from flows.run_watch import waiting_runs
+
+    with _lock:
+        mine = _runs - _forfeited
+    mine -= waiting_runs()
+    if not mine:
+        return []
+    crashed = FlowRunFilter(
+        id=FlowRunFilterId(any_=[uuid.UUID(r) for r in sorted(mine)]),
+        state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.CRASHED])),
+    )
+    revived = []
+    with get_client(sync_client=True) as client:
+        for run in client.read_flow_runs(flow_run_filter=crashed):
+            if str(run.id) not in runs_here():
+                continue  # it ended meanwhile
+            said = run.state.message if run.state else ""
+            client.set_flow_run_state(
+                run.id,
+                Running(message=f"still running in worker {_name or os.getpid()} "
+                        f"(marked Crashed: {said or 'no message'})"),
+                force=True,
+            )  # fmt: skip
+            revived.append(str(run.id))
+    return revived
+
+
+def keep_beating(stop: threading.Event) -> threading.Thread:
+    """Starts the thread that records this worker's heartbeat until `stop` is set, and
+    revives its runs marked Crashed while they run (see the module's docstring)."""
+    from models.settings import get_settings
+    from models.worker_beat import beat
+
+    settings = get_settings()
+    every, alive = settings.worker_beat_seconds, settings.worker_alive_seconds
+    host = socket.gethostname()
+
+    def loop() -> None:
+        failing = unchecked = False
+        last = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now - last > alive:  # stalled (frozen, starved): its runs may be elsewhere now
+                with _lock:
+                    _forfeited.update(_runs)
+            last = now
+            try:
+                beat(_name or f"pid-{os.getpid()}", os.getpid(), host, runs_here())
+                failing = False
+            except Exception as exc:  # no database yet (not migrated), or away for now
+                if not failing:
+                    print(f"teamflow worker: heartbeat not recorded ({exc!r})", flush=True)
+                failing = True
+            try:
+                for run_id in revive():
+                    print(f"teamflow worker: run {run_id} was marked Crashed while it runs "
+                          "here; set back to Running", flush=True)  # fmt: skip
+                unchecked = False
+            except Exception as exc:  # the server away: the next beat asks again
+                if not unchecked:
+                    print(f"teamflow worker: its runs' states not checked ({exc!r})", flush=True)
+                unchecked = True
+            if stop.wait(every):
+                return
+
+    thread = threading.Thread(target=loop, name="teamflow-worker-beat", daemon=True)
+    thread.start()
+    return thread
+
+
+def keep_mirroring(stop: threading.Event) -> threading.Thread | None:
+    """On the mirror host (`TEAMFLOW_MIRROR` on), starts the thread that writes the team
+    files other machines' commits made stale (`models.mirror_follow`) until `stop` is set."""
+    from models.mirror_follow import catch_up
+    from models.settings import get_settings
+
+    settings = get_settings()
+    if not settings.mirror:
+        return None
+
+    def loop() -> None:
+        failing = False
+        while not stop.wait(settings.mirror_follow_seconds):
+            try:
+                catch_up()
+                failing = False
+            except Exception as exc:  # a full disk, the database away for now: next time
+                if not failing:
+                    print(f"teamflow worker: team files not brought up to date ({exc!r})",
+                          flush=True)  # fmt: skip
+                failing = True
+
+    thread = threading.Thread(target=loop, name="teamflow-mirror-follow", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,161 @@
+"""Prefect's distributed setup on this machine, for tests and benchmarks: Prefect's server
+on PostgreSQL with Redis messaging (`prefect-redis`), migrated once, then two API replicas
+started without migrating and without services, one services process, and HAProxy in
+front of the replicas (health checks, failover). As `docs/beyond-one-machine.md` says to run
+it, with every address on loopback.
+
+    with cluster(tmp, admin_url) as c:
+        register_deployments(c.server, tmp / "deploy.log")   # through the balancer
+        ...
+        kill_group(c.replicas[0], signal.SIGKILL)             # one replica dies
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prefect_server import Server, base_env, free_port, healthy, stop, wait_until, with_the_tests
+from teamflow_workers import postgres_databases
+
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+REDIS_DBS = range(8, 16, 2)
+"""Redis db numbers a cluster may take (messaging, and the next one for docket)."""
+
+
+@dataclass
+class Cluster:
+    server: Server
+    """The balancer's URL as the server every client uses; `env` for teamflow processes."""
+    replicas: list[subprocess.Popen]
+    services: subprocess.Popen
+    balancer: subprocess.Popen
+    teamflow_url: str
+    logs: list[Path] = field(default_factory=list)
+
+
+def haproxy_config(port: int, replicas: list[int]) -> str:
+    servers = "\n".join(
+        f"  server r{n} 127.0.0.1:{p} check inter 500ms fall 2 rise 2"
+        for n, p in enumerate(replicas, 1)
+    )
+    return f"""global
+  maxconn 512
+defaults
+  mode http
+  timeout connect 2s
+  timeout client 300s
+  timeout server 300s
+  timeout tunnel 3600s
+  retries 3
+  option redispatch
+frontend prefect
+  bind 127.0.0.1:{port}
+  default_backend replicas
+backend replicas
+  balance roundrobin
+  option httpchk GET /api/health
+{servers}
+"""
+
+
+def _redis_db() -> int:
+    """A Redis db pair nobody uses now (an empty one), taken for this cluster."""
+    import redis
+
+    for n in REDIS_DBS:
+        client = redis.Redis(host="127.0.0.1", port=6379, db=n)
+        if client.dbsize() == 0 and redis.Redis(db=n + 1).dbsize() == 0:
+            client.set("teamflow-test-cluster", os.getpid())
+            return n
+    raise AssertionError("no free Redis db for the cluster (8-15 all in use)")
+
+
+def _flush(n: int) -> None:
+    import redis
+
+    for db in (n, n + 1):
+        redis.Redis(host="127.0.0.1", port=6379, db=db).flushdb()
+
+
+def _popen(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            args, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True, preexec_fn=with_the_tests(),
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def cluster(tmp: Path, admin_url: str, replicas: int = 2) -> Iterator[Cluster]:
+    """The distributed setup, started; everything stopped, and its databases and Redis dbs
+    dropped, at the end."""
+    redis_db = _redis_db()
+    processes: list[subprocess.Popen] = []
+    try:
+        with postgres_databases(admin_url) as (prefect_url, teamflow_url):
+            port = free_port()
+            api = f"http://127.0.0.1:{port}/api"
+            env = base_env(tmp, api)
+            env.update(
+                PREFECT_API_DATABASE_CONNECTION_URL=prefect_url,
+                PREFECT_MESSAGING_BROKER="prefect_redis.messaging",
+                PREFECT_MESSAGING_CACHE="prefect_redis.messaging",
+                PREFECT_SERVER_EVENTS_CAUSAL_ORDERING="prefect_redis.ordering",
+                PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE="prefect_redis.lease_storage",
+                PREFECT_REDIS_MESSAGING_URL=f"redis://127.0.0.1:6379/{redis_db}",
+                PREFECT_SERVER_DOCKET_URL=f"redis://127.0.0.1:6379/{redis_db + 1}",
+                TEAMFLOW_DATABASE_URL=teamflow_url,
+            )
+            Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
+            # Migrate once: replicas started together on a fresh database race otherwise.
+            migrated = subprocess.run(
+                [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
+                env=env, capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            assert migrated.returncode == 0, migrated.stdout[-2000:] + migrated.stderr[-2000:]
+            serving = {**env, "PREFECT_API_DATABASE_MIGRATE_ON_START": "false"}
+            ports = [free_port() for _ in range(replicas)]
+            logs = []
+            started = []
+            # One at a time: each registers Prefect's block types as it starts, and two
+            # starting together race on those rows too ("duplicate key ... block_type").
+            for n, p in enumerate(ports, 1):
+                log = tmp / f"replica-{n}.log"
+                logs.append(log)
+                process = _popen(
+                    [sys.executable, "-m", "flows.server", "start", "--host", "127.0.0.1",
+                     "--port", str(p), "--no-services", "--analytics-off"],
+                    serving, log,
+                )  # fmt: skip
+                processes.append(process)
+                started.append(process)
+                wait_until(
+                    lambda p=p, process=process: healthy(f"http://127.0.0.1:{p}/api")
+                    or process.poll() is not None,
+                    180, f"the replica on port {p}",
+                )  # fmt: skip
+                assert process.poll() is None, log.read_text()[-3000:]
+            services_log = tmp / "services.log"
+            logs.append(services_log)
+            services = _popen(
+                [sys.executable, "-m", "flows.server", "services", "start"], serving, services_log
+            )
+            processes.append(services)
+            config = tmp / "haproxy.cfg"
+            config.write_text(haproxy_config(port, ports))
+            balancer = _popen([HAPROXY, "-f", str(config), "-db"], env, tmp / "haproxy.log")
+            processes.append(balancer)
+            wait_until(lambda: healthy(api), 60, "the balancer")
+            server = Server(api=api, env=env, process=None, log=logs[0])
+            yield Cluster(server, started, services, balancer, teamflow_url, logs)
+    finally:
+        for process in reversed(processes):
+            stop(process)
+        _flush(redis_db)
