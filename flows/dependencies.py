@@ -7,7 +7,10 @@ claim per dependent, even when two blockers complete at once on two workers); af
 commit, the run creates a run of the `team-task` deployment for each (`flows.runner.start`,
 which returns without waiting for it, with the idempotency key `teamflow task run` uses, so
 a retry or a manual start makes no second run). A failed task archives its dependents, with
-the reason, in its close's transaction. No loop of ours polls for ready tasks.
+the reason, in its close's transaction. No loop of ours polls for ready tasks; but a
+closing process that dies between its commit and the start (or a server that refuses the
+start) leaves a claimed task without a run, and the watchdog starts it
+(`flows.watchdog.start_unblocked`, with the same idempotency key).
 
 Chosen over a Prefect automation on the run's Completed event: a failed task's run also
 ends Completed (the task is archived, the run is not crashed), so the automation would
@@ -60,49 +63,62 @@ def settle(session: Any, info: dict[str, Any], completed: bool) -> list[tuple[uu
     return deps.settle(uuid.UUID(info["id"]), completed, session=session)
 
 
-def start_ready(ready: list[tuple[uuid.UUID, str]]) -> list[str]:
-    """Starts a `team-task` run for each claimed dependent (after the close committed).
-
-    A start that fails (no server reachable, say) is recorded as the task's reason, with
-    what to do; the task stays pending. Returns the ids of the runs started.
-    """
-    if not ready:
-        return []
+def start_run(task_id: uuid.UUID, team: str) -> Any:
+    """Starts the `team-task` run of claimed `task_id` (a `runner.StartedRun`), with the
+    idempotency key `teamflow task run` and MCP use: one run per attempt, whoever starts it
+    and however often. Raises what `runner.start` raises."""
     from flows import runner
-    from models.db import session_scope
     from models.task import get_task
     from models.watchdog import task_run_key
 
-    log = _logger()
+    task = get_task(str(task_id))
+    assignees = [a.assignee_id for a in task.assignees]
+    return runner.start(
+        DEPLOYMENT,
+        {"task_id": str(task_id), "team": team},
+        idempotency_key=task_run_key(task_id, task.attempt),
+        tags=[f"team:{team}"],
+        flow_run_name=runner.task_run_name(team, task.title, assignees),
+        require_worker=False,
+    )
+
+
+def start_failed(task_id: uuid.UUID, exc: Exception) -> str:
+    """Records on the pending task why its run could not be started, and what to do (the
+    watchdog tries again). Returns that reason."""
+    from models.db import session_scope
+
+    reason = (
+        f"{deps.START_FAILED} ({exc}); the watchdog tries again, or start it with "
+        f"`teamflow task run {task_id}`"
+    )
+    with session_scope() as s:
+        deps.set_reason(task_id, " ".join(reason.split()), session=s)
+    return reason
+
+
+def start_ready(ready: list[tuple[uuid.UUID, str]]) -> list[str]:
+    """Starts a `team-task` run for each claimed dependent (after the close committed).
+
+    A start that fails (no server reachable, say) is recorded as the task's reason; the task
+    stays pending, and the watchdog starts it later (`flows.watchdog.start_unblocked`), as it
+    does when this process dies before it gets here. Returns the ids of the runs started.
+    """
+    log = run_logger()
     started = []
     for task_id, team in ready:
         try:
-            task = get_task(str(task_id))
-            assignees = [a.assignee_id for a in task.assignees]
-            run = runner.start(
-                DEPLOYMENT,
-                {"task_id": str(task_id), "team": team},
-                # The key `teamflow task run` and MCP use: one run per attempt, whoever starts.
-                idempotency_key=task_run_key(task_id, task.attempt),
-                tags=[f"team:{team}"],
-                flow_run_name=runner.task_run_name(team, task.title, assignees),
-                require_worker=False,
-            )
+            run = start_run(task_id, team)
         except Exception as exc:  # the close is committed: record what went wrong
-            reason = (
-                f"its blockers completed but its run could not be started ({exc}); "
-                f"start it with `teamflow task run {task_id}`"
-            )
-            log.error("Task %s: %s", task_id, reason)
-            with session_scope() as s:
-                deps.set_reason(task_id, " ".join(reason.split()), session=s)
+            log.error("Task %s: %s", task_id, start_failed(task_id, exc))
             continue
         log.info("Task %s is unblocked: started %s", task_id, run.name)
         started.append(str(run.id))
     return started
 
 
-def _logger() -> Any:
+def run_logger() -> Any:
+    """The run's logger, in a flow run; this module's outside one (a test, the CLI)."""
     from prefect import get_run_logger
     from prefect.exceptions import MissingContextError
 

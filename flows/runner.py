@@ -53,6 +53,8 @@ class StartedRun:
     name: str
     deployment: str
     url: str
+    created: datetime | None = None
+    """When the server created it: before the start, if its idempotency key found it."""
 
 
 def user_setting(*names: str) -> str | None:
@@ -281,6 +283,7 @@ def start(
         name=run.name,
         deployment=deployment,
         url=run_url(run.id, ui_url(api)),
+        created=run.created,
     )
 
 

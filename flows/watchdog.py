@@ -18,8 +18,10 @@ window). One check:
    tasks noted; each condition is recorded once in `watchdog_alarms`;
 3. delivers each new alarm to the team's lead as an ALARM through the `system-alert` flow
    (a subflow run per alarm); an alarm whose delivery failed is delivered by the next run;
-4. marks Crashed the in-process subflow runs of dead runs (`end_orphans`), and hands back
-   to the pool the runs a dead worker took but never started (`hand_back_stranded`).
+4. marks Crashed the in-process subflow runs of dead runs (`end_orphans`), starts the runs
+   of tasks whose blockers completed but whose start was lost (`start_unblocked`), and
+   hands back to the pool the runs a dead worker took but never started
+   (`hand_back_stranded`).
 """
 
 from __future__ import annotations
@@ -325,6 +327,42 @@ async def hand_back_stranded(older_than: float | None = None) -> list[str]:
     return handed
 
 
+async def start_unblocked(older_than: float | None = None) -> list[str]:
+    """Starts the run of each task whose start a blocker's close claimed more than
+    `TEAMFLOW_WORKER_ALIVE_SECONDS` ago (or `older_than` seconds) and that no run has taken:
+    the closing process died between its commit and the start, or the server refused it.
+    The start's idempotency key makes it one run per attempt, whoever starts it; a run that
+    exists but waits in the queue is found, not started again. Returns the new runs' ids."""
+    from datetime import UTC, datetime
+
+    from flows.dependencies import run_logger, start_failed, start_run
+    from models.dependencies import unstarted
+
+    def candidates(cutoff: datetime) -> list[tuple[Any, str]]:
+        with session_scope() as s:
+            return unstarted(cutoff, session=s)
+
+    logger = run_logger()
+    window = get_settings().worker_alive_seconds if older_than is None else older_than
+    began = datetime.now(UTC)
+    started: list[str] = []
+    for task_id, team in await anyio.to_thread.run_sync(
+        candidates, began - timedelta(seconds=window)
+    ):
+        try:
+            run = await anyio.to_thread.run_sync(start_run, task_id, team)
+        except Exception as exc:
+            reason = await anyio.to_thread.run_sync(start_failed, task_id, exc)
+            logger.warning("task %s: %s", task_id, reason)
+            continue
+        if run.created is not None and run.created < began - timedelta(seconds=window / 2):
+            continue  # its run was started at the close, and waits for a worker
+        logger.info("task %s: its blockers completed and no run had started it: started %s",
+                    task_id, run.name)  # fmt: skip
+        started.append(str(run.id))
+    return started
+
+
 @flow(
     name=FLOW_NAME,
     description="Checks every team: members offline, tasks late, runs dead; alarms the lead.",
@@ -355,6 +393,7 @@ async def watchdog(checks: int = 1, every: float | None = None) -> dict[str, Any
         await start_resumes()
         for orphan in await end_orphans():
             logger.info("subflow run %s marked Crashed: its parent run died", orphan)
+        await start_unblocked()
         for stranded in await hand_back_stranded():
             logger.info("run %s handed back to the pool: the worker that took it died", stranded)
         new = []

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -36,6 +37,8 @@ from models.task_status import TaskStatusRow
 from models.team import Member, get_team
 
 FAILED_BLOCKER = "blocked by task {id}, which failed"
+START_FAILED = "its blockers completed but its run could not be started"
+"""The start of a claimed task's run failed; the reason's first words (the watchdog retries)."""
 NO_IDLE_MEMBER = "no idle active member with a usable runtime to take it"
 
 
@@ -185,6 +188,24 @@ def claim_start(task_id: uuid.UUID, *, session: Session) -> bool:
         )
     )
     return claimed == 1
+
+
+def unstarted(claimed_before: datetime, *, session: Session) -> list[tuple[uuid.UUID, str]]:
+    """The (id, team) of the tasks whose start a blocker's close claimed before
+    `claimed_before` and that no run has taken (still pending, with no reason but a failed
+    start's): the process that claimed them died between its commit and the start, or the
+    server refused the start. A run taking the task moves it on, or records why not."""
+    reason = _tasks.c.reason
+    rows = session.execute(
+        sa.select(_tasks.c.id, _tasks.c.team)
+        .where(
+            _tasks.c.status == TaskState.PENDING.value,
+            _tasks.c.start_claimed_at < claimed_before,
+            sa.or_(reason.is_(None), reason.startswith(START_FAILED)),
+        )
+        .order_by(_tasks.c.start_claimed_at)
+    ).all()
+    return [(r.id, r.team) for r in rows]
 
 
 def dependents(task_id: uuid.UUID, *, session: Session) -> list[uuid.UUID]:

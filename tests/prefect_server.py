@@ -76,14 +76,17 @@ def healthy(api: str) -> bool:
         return False
 
 
-def wait_until(condition, timeout: float, what: str, interval: float = 0.2):
+def wait_until(condition, timeout: float, what: str, interval: float = 0.2, explain=None):
+    """`condition()`'s first true value within `timeout` seconds; else an AssertionError
+    naming `what`, and what `explain()` says was still missing."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+    missing = f"; still missing: {explain()}" if explain else ""
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{missing}")
 
 
 @dataclass

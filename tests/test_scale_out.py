@@ -217,8 +217,25 @@ def test_tasks_timers_and_decisions_survive_a_replica_and_a_worker_machine_kille
             kill_group(dead.process, signal.SIGKILL)  # one worker machine dies
         return len(finished) == len(every) - 1  # all but the held one
 
+    def unfinished() -> str:
+        """Each task not done yet: its row, and the states of its team-task runs."""
+        with get_client(sync_client=True) as client:
+            runs = all_runs(client)
+        lines = []
+        for t in every:
+            row = get_task(t)
+            if t == held or row.status in ("completed", "archived"):
+                continue
+            states = [
+                f"{r.name}={r.state.type.value}" for r in runs
+                if str((r.parameters or {}).get("task_id")) == t
+            ]  # fmt: skip
+            lines.append(f"{row.title}: {row.status} reason={row.reason!r} worker={row.worker} "
+                         f"resumes={row.resumes} runs={states}")  # fmt: skip
+        return "\n".join(lines)
+
     # Bounds against a hang, not speed targets.
-    wait_until(progress, 900, "every task but the held one to finish", 1)
+    wait_until(progress, 900, "every task but the held one to finish", 1, unfinished)
     assert replica_killed and dead is not None
     resumed = wait_until(
         lambda: (t := get_task(held)).resumes >= 1 and t.worker not in (None, dead.name) and t,

@@ -339,3 +339,47 @@ def test_a_run_a_dead_worker_took_but_never_started_is_handed_back(
     handed = asyncio.run(hand_back_stranded(older_than=0))  # as if the window had passed
     assert str(stranded) in handed and str(held) not in handed
     assert asyncio.run(states(stranded, held)) == ["SCHEDULED", "PENDING"]
+
+
+def test_a_task_whose_blocker_closed_but_whose_start_was_lost_is_started_once(
+    prefect_api: str, db_url: str, home: Path
+) -> None:
+    """The process that closed a blocker died between its commit (which claimed the
+    dependent's start) and the start. The watchdog starts the dependent's run, once however
+    often it checks; not before the window, and not for a task a run found no member for."""
+    from flows.watchdog import start_unblocked
+    from models import dependencies as deps
+
+    research_team()
+    asyncio.run(_deploy(team_task, "team-task"))
+
+    def blocked_pair(title: str) -> tuple[uuid.UUID, uuid.UUID]:
+        with session_scope() as s:
+            first = create_task(TEAM, title=f"{title} 1", assignees=["analyst-1"], session=s)
+            then = create_task(TEAM, title=f"{title} 2", assignees=["analyst-1"], session=s)
+            deps.add_blockers(then, [str(first.id)], session=s)
+        with session_scope() as s:  # the close's transaction; the process dies after it
+            move_task(first.id, to=TaskState.COMPLETED, session=s)
+            assert deps.settle(first.id, True, session=s) == [(then.id, TEAM)]
+        return first.id, then.id
+
+    _, lost = blocked_pair("lost")
+    _, gated = blocked_pair("gated")
+    with session_scope() as s:  # a run came and found no member for it: not lost
+        deps.set_reason(gated, deps.NO_IDLE_MEMBER, session=s)
+
+    assert (
+        asyncio.run(start_unblocked(older_than=60)) == []
+    )  # within the window: its closer may be starting it
+    [started] = asyncio.run(start_unblocked(older_than=0))
+
+    async def runs_of(task_id: uuid.UUID) -> list[str]:
+        async with get_client() as client:
+            runs = await client.read_flow_runs()
+            return [str(r.id) for r in runs if r.parameters.get("task_id") == str(task_id)]
+
+    assert asyncio.run(runs_of(lost)) == [started]
+    assert asyncio.run(runs_of(gated)) == []
+    assert asyncio.run(start_unblocked(older_than=0)) == []  # its run waits in the queue: found
+    assert asyncio.run(runs_of(lost)) == [started]
+    assert get_task(lost).status == "pending"
