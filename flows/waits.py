@@ -190,12 +190,14 @@ async def wait_for_input(
             kind = await waiter.next(step)
             if kind == "RUNNING":
                 return await _retrying(lambda: _read_input(client, form, keyset, run_id), logger)
-            if kind == "CRASHED" and time.monotonic() - began < step + alive_s:
+            waited = time.monotonic() - began
+            if kind == "CRASHED" and waited < step + alive_s:
                 again = await _pause_again(client, run_id, state, logger)
                 if again is not None:
                     waiter.rearm(again.timestamp)
                     continue
             if kind in ENDING:
+                logger.info("The wait ends: the run became %s (heard after %.1f s)", kind, waited)
                 await _abort(client, run_id, kind)
 
 
@@ -324,6 +326,7 @@ async def _pause_again(client: Any, run_id: Any, paused: State[Any], logger: Any
     """
     run = await client.read_flow_run(run_id)
     if run.state is None or not run.state.is_crashed():
+        logger.info("Not paused again: the run is %s now", run.state and run.state.type.value)
         return None
     details = paused.state_details
     again: State[Any] = Paused(

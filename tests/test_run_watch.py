@@ -178,7 +178,11 @@ def test_a_live_wait_marked_crashed_is_paused_again_and_takes_its_decision(
             state = client.read_flow_run(paused.id).state
             return state if state is not None and state.is_paused() else None
 
-        again = wait_until(paused_again, 30, "the run paused again")
+        def history_of_states() -> str:
+            states = client.read_flow_run_states(paused.id)
+            return ", ".join(f"{s.type.value} ({s.message})" for s in states)
+
+        again = wait_until(paused_again, 30, "the run paused again", explain=history_of_states)
         history = [s.type.value for s in client.read_flow_run_states(paused.id)]
     assert again.state_details.pause_key == paused.state.state_details.pause_key
     assert history[-2:] == ["CRASHED", "PAUSED"]
