@@ -5,7 +5,7 @@ Starts one Prefect server (SQLite, a free port, temporary homes), registers the
 the request that creates it to `Running` (the run's `start_time`, set by the server):
 
 - teamflow: `teamflow worker` on the `teamflow` pool, as `teamflow up` starts it (event
-  push, 2 s fallback poll, teamflow's flows run inside the worker process);
+  push, 2 s fallback poll while busy, teamflow's flows run inside the worker process);
 - Prefect defaults: `prefect worker start` on a second process pool (10 s poll, a new
   Python process per run).
 

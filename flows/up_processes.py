@@ -33,7 +33,8 @@ PROJECT_ROOT = Path(__file__).resolve().parent.parent
 HEARTBEAT_SECONDS = 30
 """How often teamflow's runs send a heartbeat: the shortest interval Prefect accepts."""
 WORKER_POLL_SECONDS = 2
-"""The worker's fallback poll; new runs normally reach it at once through the event stream."""
+"""The worker's fallback poll while it runs anything (`flows.worker.IDLE_POLL_SECONDS` when
+idle); new runs normally reach it at once through the event stream."""
 SERVER_START_TIMEOUT = 120.0
 WORKER_START_TIMEOUT = 60.0
 MCP_START_TIMEOUT = 60.0
