@@ -66,6 +66,7 @@ from flows.compat.prefect_server import (
     quiet_worker_channel_disconnects,
     scheduled_states_not_awaited,
     skip_stored_event_batches,
+    slower_background_checks,
 )
 from flows.compat.sqlalchemy_sqlite import write_gate
 
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     write_gate()
     quiet_worker_channel_disconnects()
     scheduled_states_not_awaited()
+    slower_background_checks()
     from prefect.cli import app
 
     sys.argv = ["prefect", "server", *(sys.argv[1:] if argv is None else argv)]

@@ -188,6 +188,16 @@ PATCHES: tuple[Patch, ...] = (
         "state events of scheduled runs reach automations 15 minutes late",
     ),
     Patch(
+        "prefect_server.slower_background_checks",
+        PRE,
+        PREFECT,
+        (
+            "prefect.server.api.background_workers:background_worker",
+            "docket.worker:Worker.__init__",
+        ),
+        "an idle server spends a quarter of its CPU looking for background tasks 4 times a second",
+    ),
+    Patch(
         "sqlalchemy_sqlite.write_gate",
         "sqlalchemy",
         "2.0.58",

@@ -6,6 +6,10 @@ installed."""
 # ruff: noqa: E501
 
 FINGERPRINTS: dict[str, tuple[str, str | None]] = {
+    "docket.worker:Worker.__init__": (
+        "02616b049b5ef32c",
+        "(self, docket: 'Docket', name: 'str | None' = None, concurrency: 'int' = 10, redelivery_timeout: 'timedelta' = datetime.timedelta(seconds=300), reconnection_delay: 'timedelta' = datetime.timedelta(seconds=5), minimum_check_interval: 'timedelta' = datetime.timedelta(microseconds=250000), scheduling_resolution: 'timedelta' = datetime.timedelta(microseconds=250000), schedule_automatic_tasks: 'bool' = True, enable_internal_instrumentation: 'bool' = False, fallback_task: 'TaskFunction | None' = None, dependencies: 'Mapping[str, Any] | Sequence[Any] | None' = None, message_batch: 'int' = 1000) -> 'None'",
+    ),
     "prefect.client.orchestration._deployments.client:DeploymentAsyncClient.read_deployment": (
         "6a711d1015cb14b8",
         "(self, deployment_id: 'Union[UUID, str]') -> \"'DeploymentResponse'\"",
@@ -60,6 +64,10 @@ FINGERPRINTS: dict[str, tuple[str, str | None]] = {
     "prefect.results:_read_server_default_result_storage_block_id": (
         "860caec936fe9bff",
         "() -> 'UUID | None'",
+    ),
+    "prefect.server.api.background_workers:background_worker": (
+        "99a1bbdfeee332ff",
+        "(docket: docket.docket.Docket, ephemeral: bool = False, webserver_only: bool = False) -> AsyncGenerator[NoneType, NoneType]",
     ),
     "prefect.server.api.flow_runs:bulk_set_flow_run_state": (
         "f47439ed0fd1085a",
