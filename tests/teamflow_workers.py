@@ -41,7 +41,9 @@ POOL = "teamflow"
 def register_deployments(server: Server, log: Path) -> None:
     """The `teamflow` work pool and every deployment of `prefect.yaml`, on `server`."""
     commands = [
-        ["work-pool", "create", POOL, "--type", "process"],
+        # --overwrite: a loaded server may answer the create late, and the CLI's retry of
+        # it then finds the pool its first try made ("already exists", exit 1).
+        ["work-pool", "create", POOL, "--type", "process", "--overwrite"],
         ["--no-prompt", "deploy", "--all", "--prefect-file", str(ROOT / "prefect.yaml")],
     ]
     for command in commands:

@@ -45,7 +45,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A Prefect server with the `teamflow` pool and `prefect deploy --all` done, no worker."""
     tmp = tmp_path_factory.mktemp("prefect")
     with prefect_server(tmp) as srv:
-        prefect(srv, "work-pool", "create", "teamflow", "--type", "process")
+        prefect(srv, "work-pool", "create", "teamflow", "--type", "process", "--overwrite")
         srv.deployed = prefect(srv, "deploy", "--all", check=False)
         yield srv
 
@@ -188,7 +188,7 @@ def test_an_unknown_deployment_is_one_line_naming_the_known_ones(on_server: Serv
 
 
 def test_a_pool_without_worker_is_one_line_saying_how_to_start_one(on_server: Server) -> None:
-    prefect(on_server, "work-pool", "create", "idle", "--type", "process")
+    prefect(on_server, "work-pool", "create", "idle", "--type", "process", "--overwrite")
     prefect(
         on_server, "deploy", "flows/system_alert.py:system_alert", "--name", "idle",
         "--pool", "idle",
