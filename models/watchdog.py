@@ -394,6 +394,27 @@ def _dead_runs(s: Session, dead: list[DeadRun], now: datetime) -> list[Condition
     return found
 
 
+def close_failed(row: TaskRow, reason: str, now: datetime, *, session: Session) -> bool:
+    """Closes as failed (archived, with `reason`) the task in progress whose run died and
+    whose resumes are used up, if its lease is still the one `row` was read with: a check
+    beside this one (two watchdog runs overlap at a window's edge) may have resumed it
+    meanwhile, and that resume stands. True if it closed it."""
+    table = table_of(TaskRow)
+    return bool(
+        rowcount(
+            session.execute(
+                sa.update(table)
+                .where(
+                    table.c.id == row.id,
+                    table.c.status == TaskState.IN_PROGRESS.value,
+                    table.c.lease == row.lease,
+                )
+                .values(status=TaskState.ARCHIVED.value, reason=reason, updated_at=now)
+            )
+        )
+    )
+
+
 def _dead_task_run(s: Session, run: DeadRun, now: datetime) -> Condition | None:
     try:
         task_id = uuid.UUID(str(run.task_id))
@@ -418,14 +439,7 @@ def _dead_task_run(s: Session, run: DeadRun, now: datetime) -> Condition | None:
             f"last completed steps (resume {resumed} of {limit}, in {backoff(resumed):g} s)",
         )
     reason = f"failed: {run.describe()}"
-    table = table_of(TaskRow)
-    won = rowcount(
-        s.execute(
-            sa.update(table)
-            .where(table.c.id == row.id, table.c.status == TaskState.IN_PROGRESS.value)
-            .values(status=TaskState.ARCHIVED.value, reason=reason, updated_at=now)
-        )
-    )
+    won = close_failed(row, reason, now, session=s)
     if not won:
         return None
     return Condition(

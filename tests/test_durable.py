@@ -278,3 +278,28 @@ def test_task_resume_refuses_a_task_neither_in_progress_nor_failed(db_url: str, 
         "failed can be resumed (`teamflow task run` starts a pending one)\n"
     )
     assert (get_task(row.id).lease, get_task(row.id).resumes) == (0, 0)
+
+
+def test_a_check_that_lost_the_race_to_resume_a_task_does_not_close_it(
+    db_url: str, home: Path
+) -> None:
+    """Two watchdog checks overlap (a window's run and the next) and both see the same dead
+    run. The one that resumes it first wins; the other, which read the task before, finds
+    its lease moved on and closes nothing: the resume stands."""
+    from models.task import TaskRow
+    from models.task_lease import decide_resume
+
+    research_team()
+    task_id = _in_progress()
+    with session_scope() as s:
+        stale = s.get(TaskRow, uuid.UUID(task_id))
+        s.expunge(stale)
+    with session_scope() as s:  # the other check resumes it
+        fresh = s.get(TaskRow, uuid.UUID(task_id))
+        assert decide_resume(fresh, "its run died", utcnow(), session=s) == 1
+    with session_scope() as s:  # this check read it before: its resume loses, so does its close
+        assert decide_resume(stale, "its run died", utcnow(), session=s) is None
+        assert not watchdog.close_failed(stale, "failed: its run died", utcnow(), session=s)
+    task = get_task(task_id)
+    assert (task.status, task.resumes) == ("in_progress", 1)
+    assert task.reason.startswith("resumed (1 of")

@@ -745,9 +745,9 @@ def test_a_member_spawned_in_tmux_works_and_is_killed_in_its_pane(
     wait_until(lambda: task.get_task(done.id).status == "completed", 240, "alice's task")
     # A task alice cannot start yet (blocked by bob's), left open when she is killed.
     gate = task.create_task(TEAM, title="Bob's part", assignees=["bob"])
-    left = task.create_task(TEAM, title="After bob's part", assignees=["alice"])
-    with session_scope() as s:
-        add_blockers(task.get_task(left.id, session=s), [gate.id], session=s)
+    with session_scope() as s:  # blocked from the start: alice, polling, must not take it
+        left = task.create_task(TEAM, title="After bob's part", assignees=["alice"], session=s)
+        add_blockers(left, [gate.id], session=s)
 
     async def lead_checks_and_kills() -> tuple[dict, dict, dict]:
         async with stdio() as lead:

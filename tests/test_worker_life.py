@@ -116,6 +116,9 @@ def test_a_run_of_a_worker_that_stalled_past_the_window_is_not_revived(
     try:
         with worker_life._lock:  # what the beat thread does after a stall past the window
             worker_life._forfeited.update(worker_life._runs)
+        # A beat after it: a check of states that began before the forfeit is over.
+        seen = last_beat()
+        wait_until(lambda: last_beat() > seen, 30, "a beat after the forfeit")
         mark_crashed(run_id)
         for _ in range(2):  # a whole beat (and the check of states after it) since
             seen = last_beat()
