@@ -89,6 +89,16 @@ def _empty_tables(url: str) -> None:
             conn.execute(table.delete())
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _prefect_db_template(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """One migrated Prefect database for the run, which the servers tests start copy
+    (`prefect_server.seed_prefect_db`): in the folder all xdist workers of the run share."""
+    import prefect_server
+
+    base = tmp_path_factory.getbasetemp()
+    prefect_server.TEMPLATE_DIR = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="session")
 def _shared_prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One Prefect server per test process (each xdist worker has its own), started on

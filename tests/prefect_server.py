@@ -28,6 +28,11 @@ from flows.up import UP_LAST_LINE
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Where the test run keeps one Prefect database migrated to head (set by conftest; None:
+# each server migrates its own, as for a user). Prefect's migrations cost a server start
+# about 5 s of CPU, and a run of the suite starts some fifty servers.
+TEMPLATE_DIR: Path | None = None
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -189,6 +194,8 @@ def prefect_server(
         database_url or f"sqlite+aiosqlite:///{tmp / 'prefect.db'}"
     )
     server_env.update(env or {})
+    if database_url is None:
+        seed_prefect_db(tmp / "prefect.db")
     Path(server_env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
     server = Server(api=api, env=server_env, process=None, log=tmp / "prefect-server.log")
     try:
@@ -270,6 +277,33 @@ def with_the_tests(*, sigint_ignored: bool = False) -> Any:
     return preexec
 
 
+def seed_prefect_db(path: Path) -> None:
+    """Copies the run's migrated Prefect database to `path` (SQLite, mode 0600 as `up`
+    makes it), unless a database is there or no template dir is set. The template is made
+    once for the run (every xdist worker shares it) with `prefect server database upgrade`,
+    so a server started on the copy finds its schema at head and migrates nothing."""
+    import fcntl
+    import shutil
+
+    if TEMPLATE_DIR is None or path.exists():
+        return
+    template = TEMPLATE_DIR / "prefect-template.db"
+    with (TEMPLATE_DIR / "prefect-template.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not template.exists():
+            made = TEMPLATE_DIR / "prefect-template.db.new"
+            env = base_env(TEMPLATE_DIR, "http://127.0.0.1:9/api")
+            env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{made}"
+            subprocess.run(
+                [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
+                env=env, check=True, capture_output=True, timeout=300,
+            )  # fmt: skip
+            made.rename(template)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, path)
+    path.chmod(0o600)
+
+
 def restart(server: Server) -> None:
     """Starts the server's process (again: same port, same database) and waits for it."""
     port = server.api.rsplit(":", 1)[1].split("/")[0]
@@ -291,7 +325,13 @@ def start(
     """A teamflow command (`python -m flows.cli ...`) in its own session, output to `log`.
 
     It starts with SIGINT's default action, however the tests were started (a test run
-    started in the background ignores SIGINT), unless `sigint_ignored`."""
+    started in the background ignores SIGINT), unless `sigint_ignored`. `teamflow up` on
+    its own SQLite database finds it migrated (`seed_prefect_db`)."""
+    database = env.get("PREFECT_API_DATABASE_CONNECTION_URL") or env.get(
+        "PREFECT_SERVER_DATABASE_CONNECTION_URL"
+    )
+    if args[:1] == ["up"] and not database and env.get("TEAMFLOW_HOME"):
+        seed_prefect_db(Path(env["TEAMFLOW_HOME"]) / "prefect.db")
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "flows.cli", *args],

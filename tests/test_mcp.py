@@ -1,5 +1,6 @@
 """`teamflow mcp`, used as Claude Code or any MCP client uses it: a real server process, the
-official SDK's client, over stdio and over streamable HTTP, on SQLite and PostgreSQL.
+official SDK's client, over stdio and over streamable HTTP, on SQLite and PostgreSQL. The
+identity rules' tests talk to the same server in process (`in_process`).
 
 A lead session (the local user) builds a team and a task chain; a member session (its token)
 reads its inbox, works its task and reports; every identity rule refuses with the `001`
@@ -76,6 +77,16 @@ def stdio(token: str | None = None) -> Client:
         command=sys.executable, args=["-m", "flows.cli", "mcp"], env=env
     )
     return Client(command, read_timeout_seconds=60)
+
+
+def in_process(token: str | None = None) -> Client:
+    """A session with the whole MCP server of `teamflow mcp` (`flows.mcp.app.build`) in this
+    process, its JSON-RPC messages over the SDK's in-memory streams, as the session of a
+    stdio process whose `TEAMFLOW_TOKEN` is `token`: what `stdio` tests at the cost of a
+    process start (5 s of CPU) each time. A few tests keep `stdio` for the process itself."""
+    from flows.mcp.app import build
+
+    return Client(build(token=token), mode="legacy", read_timeout_seconds=60)
 
 
 @asynccontextmanager
@@ -400,7 +411,7 @@ async def _read_resource(token: str, path: str) -> Any:
     """Reads `teamflow://teams/TEAM/{path}` as the token's member: its JSON, or `Refused`."""
     from mcp.shared.exceptions import MCPError
 
-    async with stdio(token) as member:
+    async with in_process(token) as member:
         try:
             found = await member.read_resource(f"teamflow://teams/{TEAM}/{path}")
         except MCPError as exc:
@@ -413,7 +424,7 @@ def test_a_member_is_refused_what_only_others_may_do(team_with_a_plan: dict[str,
     bob_unread = _unread("bob")
 
     async def member_tries() -> list[Refused]:
-        async with stdio(team_with_a_plan["alice"]) as alice:
+        async with in_process(team_with_a_plan["alice"]) as alice:
             return [
                 await call(alice, tool, **_filled(arguments, team_with_a_plan))
                 for tool, arguments in REFUSED
@@ -445,9 +456,9 @@ def test_a_member_never_decides_its_own_plan_and_an_approver_may(
     }
 
     async def both() -> tuple[Any, Any]:
-        async with stdio(team_with_a_plan["alice"]) as alice:
+        async with in_process(team_with_a_plan["alice"]) as alice:
             own = await call(alice, "send_message", **decide)
-        async with stdio(team_with_a_plan["carol"]) as carol:
+        async with in_process(team_with_a_plan["carol"]) as carol:
             decided = await call(carol, "send_message", **decide)
         return own, decided
 

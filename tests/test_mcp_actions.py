@@ -1,5 +1,6 @@
-"""The MCP door for tool calls that wait for a person (issue 34): a real `teamflow mcp`
-process over stdio, the official SDK's client, on SQLite and PostgreSQL.
+"""The MCP door for tool calls that wait for a person (issue 34): the whole MCP server
+of `teamflow mcp` in process (`test_mcp.in_process`: its JSON-RPC messages over the SDK's
+in-memory streams), the official SDK's client, on SQLite and PostgreSQL.
 
 The lead's session (the local user) lists and decides; a member decides only as a listed
 approver and never its own calls; a second decision is a `Conflict` envelope.
@@ -13,7 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
-from test_mcp import Refused, call, stdio
+from test_mcp import Refused, call, in_process
 
 from models import identity, membership, team, tool_approval
 from models.tool import ToolDefinition, add_tool
@@ -57,7 +58,7 @@ def test_the_lead_and_an_approver_decide_over_mcp_and_the_member_may_not(
 ) -> None:
     async def scenario() -> dict[str, Any]:
         out: dict[str, Any] = {}
-        async with stdio() as lead:
+        async with in_process() as lead:
             out["pending"] = await call(lead, "action_list", team_name=TEAM, pending=True)
             out["approved"] = await call(lead, "action_decide", call_id="calls-mcp-0",
                                          decision="approve")  # fmt: skip
@@ -67,14 +68,14 @@ def test_the_lead_and_an_approver_decide_over_mcp_and_the_member_may_not(
                                          decision="edit", params={"n": "many"})  # fmt: skip
             out["no_feedback"] = await call(lead, "action_decide", call_id="calls-mcp-1",
                                             decision="reject")  # fmt: skip
-        async with stdio(calls["alice"]) as alice:  # an approver, but these are its calls
+        async with in_process(calls["alice"]) as alice:  # an approver, but these are its calls
             out["own"] = await call(alice, "action_decide", call_id="calls-mcp-1",
                                     decision="approve")  # fmt: skip
             out["read"] = await call(alice, "action_status", call_id="calls-mcp-0")
-        async with stdio(calls["bob"]) as bob:  # no approver
+        async with in_process(calls["bob"]) as bob:  # no approver
             out["bob"] = await call(bob, "action_decide", call_id="calls-mcp-1",
                                     decision="approve")  # fmt: skip
-        async with stdio(calls["carol"]) as carol:
+        async with in_process(calls["carol"]) as carol:
             out["edited"] = await call(carol, "action_decide", call_id="calls-mcp-1",
                                        decision="edit", params={"n": 7})  # fmt: skip
             out["rejected"] = await call(carol, "action_decide", call_id="calls-mcp-2",

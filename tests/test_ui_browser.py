@@ -95,8 +95,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 def chromium(tmp: Path) -> Iterator[Any]:
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
+    # No software GPU: with it, Chromium's GPU process drew the run graph's canvas in
+    # software all along, most of a core (169 s of CPU in one run of this module). The
+    # graph stays blank; the tests read the form, the logs and the state badges.
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
-                     "--disable-gpu", "--window-size=1280,1400",
+                     "--disable-gpu", "--disable-software-rasterizer",
+                     "--disable-gpu-compositing", "--window-size=1280,1400",
                      f"--user-data-dir={tmp / 'chromium-profile'}"):  # fmt: skip
         options.add_argument(argument)
     service = webdriver.ChromeService(
