@@ -14,8 +14,10 @@
    the next flow run's creation with 503 (a write of the previous run's events is under
    way) and the client waits 2 s. Prints p50/p95 next to issue 16's target (p50 at most 0.15 s),
    the same figures with one tool call per task, and Prefect's floor: an empty async flow
-   run, run the same way. A temporary Prefect server (started
-   as `teamflow up` starts it, `tests/prefect_server.harness`) and SQLite are used.
+   run, run the same way. Each figure has its CPU seconds per run too, of the server and of
+   this process (the client: the engine, teamflow's own work), less what both spend idle
+   over the gaps (measured in the same run). A temporary Prefect server (started as
+   `teamflow up` starts it, `tests/prefect_server.harness`) and SQLite are used.
 2. Sustained throughput. A real Prefect server, teamflow's deployments and two
    `teamflow worker` processes (what `tests/test_team_task_workers.py` starts). Runs of
    the `team-task` deployment for `--sustained-tasks` tasks (one member, one tool call
@@ -53,6 +55,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the test helpers start server
 
 TARGET_P50_S = 0.15  # issue 16
 TARGET_TASKS_PER_S = 5.0  # issue 16: sustained, two workers
+TARGET_CPU_S = 0.2  # issue 35: server and worker together, a team task
 TEAM = "bench-team"
 FLOOR = "empty Prefect flow run"
 FINISH = {"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True, "response": "ok"}
@@ -85,12 +88,12 @@ def _team(data: Path) -> None:
     data.write_text("a,b\n1,2\n")
 
 
-def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
+def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, Any]]:
     """Part 1: per-task wall time in one process, orchestration only and with one tool."""
     os.environ["TEAMFLOW_HOME"] = str(home)
     os.environ["TEAMFLOW_DATABASE_URL"] = f"sqlite:///{home / 'teamflow.db'}"
     from prefect import flow
-    from prefect_server import harness
+    from prefect_server import api_for_the_block, harness_server
 
     from flows.flow_threads import api_clients
     from flows.team_task import run_team_task
@@ -110,35 +113,55 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, float]]:
             "tasks_per_s": round(len(times) / sum(times), 2),
         }
 
-    async def measure() -> dict[str, dict[str, float]]:
+    async def measure(server_pid: int) -> dict[str, dict[str, Any]]:
         async with api_clients():  # as in a worker's thread: clients made once
             warm = create_task(TEAM, title="warm-up", assignees=["idle"])
             await run_team_task(str(warm.id))  # the first run pays for imports and first calls
             await empty()
-            figures: dict[str, dict[str, float]] = {}
-            times = []
-            for _ in range(tasks):
-                await asyncio.sleep(gap)
-                started = time.perf_counter()
-                await empty()
-                times.append(time.perf_counter() - started)
-            figures[FLOOR] = figure(times)
-            for label, member in (("orchestration only", "idle"), ("with one tool call", "worker")):
-                times = []
-                for i in range(tasks):
-                    task = create_task(TEAM, title=f"{label} {i}", assignees=[member],
-                                       params={"path": str(data)})  # fmt: skip
+            idle: dict[str, float] = {}
+            with _cpu_spent(server_pid, idle):  # what the gaps alone cost, to take off
+                await asyncio.sleep(gap * tasks)
+
+            def cpu(spent: dict[str, float]) -> dict[str, float]:
+                return {
+                    "server": round(max(0.0, spent["server"] - idle["server"]) / tasks, 3),
+                    "client": round(max(0.0, spent["benchmark"] - idle["benchmark"]) / tasks, 3),
+                }
+
+            figures: dict[str, dict[str, Any]] = {}
+            times: list[float] = []
+            spent: dict[str, float] = {}
+            with _cpu_spent(server_pid, spent):
+                for _ in range(tasks):
                     await asyncio.sleep(gap)
                     started = time.perf_counter()
-                    result = await run_team_task(str(task.id))
+                    await empty()
                     times.append(time.perf_counter() - started)
-                    if result["status"] != "completed":
-                        sys.exit(f"task {task.id} ended {result['status']}: {result['members']}")
-                figures[label] = figure(times)
+            figures[FLOOR] = {**figure(times), "cpu_s": cpu(spent)}
+            for label, member in (("orchestration only", "idle"), ("with one tool call", "worker")):
+                made = [
+                    create_task(
+                        TEAM, title=f"{label} {i}", assignees=[member], params={"path": str(data)}
+                    )
+                    for i in range(tasks)
+                ]
+                times, spent = [], {}
+                with _cpu_spent(server_pid, spent):
+                    for task in made:
+                        await asyncio.sleep(gap)
+                        started = time.perf_counter()
+                        result = await run_team_task(str(task.id))
+                        times.append(time.perf_counter() - started)
+                        if result["status"] != "completed":
+                            sys.exit(
+                                f"task {task.id} ended {result['status']}: {result['members']}"
+                            )
+                figures[label] = {**figure(times), "cpu_s": cpu(spent)}
             return figures
 
-    with harness(home / "server"):
-        return asyncio.run(measure())
+    with harness_server(home / "server") as server, api_for_the_block(server.api):
+        assert server.process is not None
+        return asyncio.run(measure(server.process.pid))
 
 
 def _processes() -> dict[int, tuple[int, float]]:
@@ -279,15 +302,24 @@ def main() -> None:
         print(json.dumps(out, indent=2))
         return
     print(f"team tasks, {args.tasks} each, {args.gap} s apart, one process, temporary server")
-    print(f"{'':<22}{'p50 s':>8}{'p95 s':>8}{'tasks/s':>9}")
+    print(f"{'':<22}{'p50 s':>8}{'p95 s':>8}{'tasks/s':>9}{'CPU s: server':>15}{'client':>8}")
     for label, f in figures.items():
-        print(f"{label:<22}{f['p50_s']:>8}{f['p95_s']:>8}{f['tasks_per_s']:>9}")
+        c = f["cpu_s"]
+        print(f"{label:<22}{f['p50_s']:>8}{f['p95_s']:>8}{f['tasks_per_s']:>9}"
+              f"{c['server']:>15}{c['client']:>8}")  # fmt: skip
     p50 = figures["orchestration only"]["p50_s"]
     verdict = "met" if p50 <= TARGET_P50_S else "NOT met"
     print(f"target: orchestration p50 at most {TARGET_P50_S} s: {verdict} ({p50} s)")
     floor = figures[FLOOR]["p50_s"]
     print(f"of which Prefect's floor (an empty async flow run) {floor} s, teamflow's own "
           f"{p50 - floor:.3f} s")  # fmt: skip
+    tool, floor_cpu = figures["with one tool call"]["cpu_s"], figures[FLOOR]["cpu_s"]
+    print(
+        f"CPU per run, server and client: a team task with one tool call "
+        f"{tool['server'] + tool['client']:.3f} s, Prefect's floor "
+        f"{floor_cpu['server'] + floor_cpu['client']:.3f} s (issue 35's target for a team "
+        f"task: {TARGET_CPU_S} s)"
+    )
     if throughput is None:
         return
     t = throughput

@@ -1,0 +1,31 @@
+"""`benchmarks/team_task.py`'s first part, as docs/performance.md shows it (shortened): a team
+task's wall time and CPU seconds beside Prefect's floor (an empty flow run), in one run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.system
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_team_task_benchmark_prints_cpu_beside_prefects_floor() -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/team_task.py", "--tasks", "2", "--gap", "0.2",
+         "--sustained-tasks", "0", "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr  # every team task completed
+    figures = json.loads(done.stdout)["figures"]
+    assert set(figures) == {"empty Prefect flow run", "orchestration only", "with one tool call"}
+    for label, figure in figures.items():
+        assert set(figure["cpu_s"]) == {"server", "client"}, label
+        assert figure["p50_s"] > 0, label
+    # A team task does work in this process beyond the engine's: its client CPU is not nil.
+    assert figures["with one tool call"]["cpu_s"]["client"] > 0
