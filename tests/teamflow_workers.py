@@ -6,7 +6,8 @@
             ...
 
 `register_deployments` does what the README says to do without `teamflow up`: creates the
-`teamflow` process work pool and runs `prefect deploy --all` in this directory.
+`teamflow` process work pool and runs `prefect deploy --all` in this directory (on a test
+process's later servers it creates the same pool and deployments through the API).
 `teamflow_workers` starts `teamflow worker` processes, each with its own PREFECT_HOME and log
 and in its own session, waits until each has started and the server sees it online, and
 stops their process groups when the block ends, also when it fails. `postgres_databases`
@@ -38,8 +39,26 @@ from prefect_server import ROOT, Server, start, stop, wait_until
 POOL = "teamflow"
 
 
+# What `prefect deploy --all` made on this process's first server: the pool and the
+# deployments, as the server read them back (see `register_deployments`).
+_DEPLOYED: dict[str, Any] | None = None
+
+
 def register_deployments(server: Server, log: Path) -> None:
-    """The `teamflow` work pool and every deployment of `prefect.yaml`, on `server`."""
+    """The `teamflow` work pool and every deployment of `prefect.yaml`, on `server`.
+
+    The first time in a test process, as the README says: `prefect work-pool create` and
+    `prefect deploy --all`, whose pool and deployments are then read back from the server.
+    After that the same pool and deployments are created through the REST API: the two
+    commands cost 8 s of CPU a server, and some thirty servers of the suite need them.
+    (`teamflow up`, `tests/test_runner.py` and the README's tests run `prefect deploy`
+    themselves.) A server behind an auth string is always deployed with the commands."""
+    global _DEPLOYED
+    if _DEPLOYED is not None and "PREFECT_API_AUTH_STRING" not in server.env:
+        _replay(server.api, _DEPLOYED)
+        with log.open("a") as out:
+            out.write(f"replayed the pool and {len(_DEPLOYED['deployments'])} deployments\n")
+        return
     commands = [
         # --overwrite: a loaded server may answer the create late, and the CLI's retry of
         # it then finds the pool its first try made ("already exists", exit 1).
@@ -54,6 +73,42 @@ def register_deployments(server: Server, log: Path) -> None:
                 stderr=subprocess.STDOUT, timeout=300, check=False,
             )  # fmt: skip
         assert done.returncode == 0, f"prefect {' '.join(command)}:\n{log.read_text()[-3000:]}"
+    if "PREFECT_API_AUTH_STRING" not in server.env:
+        _DEPLOYED = _deployed(server.api)
+
+
+def _deployed(api: str) -> dict[str, Any]:
+    """The pool and the deployments on the server at `api`, as their create requests."""
+    from prefect.client.schemas.actions import (
+        DeploymentCreate,
+        DeploymentScheduleCreate,
+        WorkPoolCreate,
+    )
+
+    def keep(row: dict[str, Any], model: Any) -> dict[str, Any]:
+        return {k: v for k, v in row.items() if k in model.model_fields}
+
+    with httpx.Client(base_url=api, timeout=30) as http:
+        pool = http.get(f"/work_pools/{POOL}").raise_for_status().json()
+        deployments = []
+        rows = http.post("/deployments/filter", json={}).raise_for_status().json()
+        for row in (r for r in rows if r["work_pool_name"] == POOL):
+            flow = http.get(f"/flows/{row['flow_id']}").raise_for_status().json()
+            body = keep(row, DeploymentCreate)
+            body["schedules"] = [keep(s, DeploymentScheduleCreate) for s in row["schedules"]]
+            deployments.append((flow["name"], body))
+    return {"pool": keep(pool, WorkPoolCreate), "deployments": deployments}
+
+
+def _replay(api: str, deployed: dict[str, Any]) -> None:
+    """Creates the pool (unless there) and the deployments of `deployed` at `api`."""
+    with httpx.Client(base_url=api, timeout=60) as http:
+        made = http.post("/work_pools/", json=deployed["pool"])
+        if made.status_code != 409:  # 409: the pool is there
+            made.raise_for_status()
+        for flow_name, body in deployed["deployments"]:
+            flow = http.post("/flows/", json={"name": flow_name}).raise_for_status().json()
+            http.post("/deployments/", json={**body, "flow_id": flow["id"]}).raise_for_status()
 
 
 @dataclass
