@@ -86,6 +86,18 @@ def teamflow(
     return in_process(args, env, cwd=cwd)
 
 
+def _become(env: Mapping[str, str]) -> None:
+    """Makes this process's environment `env`, touching only the variables that differ: a
+    run another thread of the test works meanwhile (a team task waiting for the decision
+    the command makes) must never see a variable missing, as it would if the environment
+    were cleared and filled again (it once opened the default database: "no such table")."""
+    for name in [n for n in os.environ if n not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+
+
 @contextlib.contextmanager
 def _as_a_process(
     args: list[str], env: Mapping[str, str], cwd: Path | str | None
@@ -100,8 +112,7 @@ def _as_a_process(
     main.__package__ = "flows.cli"
     main.__file__ = str(ROOT / "flows" / "cli" / "__main__.py")
     try:
-        os.environ.clear()
-        os.environ.update(env)
+        _become(env)
         sys.argv = [main.__file__, *args]
         sys.modules["__main__"] = main
         if cwd is not None:
@@ -120,8 +131,7 @@ def _as_a_process(
         sys.modules["__main__"] = saved_main
         sys.argv = saved_argv
         os.chdir(saved_cwd)
-        os.environ.clear()
-        os.environ.update(saved_env)
+        _become(saved_env)
         if "models.db" in sys.modules:
             sys.modules["models.db"].dispose_engines()  # as the process closes them at exit
 
