@@ -66,18 +66,22 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
         # other, so each change opens exactly one history row.
         state = s.get(AgentStateRow, member.agent_id, with_for_update=True)
         now = utcnow()
-        before = None
-        if state is None:
-            state = AgentStateRow(agent_id=member.agent_id, team=team, created_at=now)
-        else:
-            before = state.status
-        if state.team is None:
-            state.team = team
-        change_agent_status(state, status, member=name, now=now, session=s)
-        state.last_heartbeat = now
-        state.updated_at = now
-        s.add(state)
-        s.flush()
+        before = None if state is None else state.status
+        made = False
+        if state is None:  # the member's first heartbeat makes its row
+            try:
+                with s.begin_nested():
+                    state = AgentStateRow(agent_id=member.agent_id, team=team, created_at=now)
+                    _beat(s, state, status, team=team, name=name, now=now)
+                made = True
+            except sa.exc.IntegrityError:  # another process's first heartbeat came first
+                state = s.get(
+                    AgentStateRow, member.agent_id, with_for_update=True, populate_existing=True
+                )
+                assert state is not None, "made by the heartbeat that came first"
+                before = state.status
+        if not made:
+            _beat(s, state, status, team=team, name=name, now=now)
         if before is None or _activity(before) != _activity(status):
             back = before == AgentStateStatus.OFFLINE.value
             tell_lead(
@@ -88,6 +92,17 @@ def heartbeat(team: str, name: str, *, status: str = "idle", session: Session | 
                 session=s,
             )
         return state
+
+
+def _beat(s: Session, state: AgentStateRow, status: str, *, team: str, name: str, now: Any) -> None:
+    """`state` (the member's row) is `status` now, alive at `now`; flushed at once."""
+    if state.team is None:
+        state.team = team
+    change_agent_status(state, status, member=name, now=now, session=s)
+    state.last_heartbeat = now
+    state.updated_at = now
+    s.add(state)
+    s.flush()
 
 
 def _activity(status: str) -> AgentActivity:

@@ -263,3 +263,44 @@ def test_team_settings_offline_after_is_set_or_refused_in_one_line(db_url: str, 
     assert json.loads(ok.stdout) == {"offline_after_seconds": 90.0}
     assert teams.settings_of(TEAM).offline_after_s == 90
     assert "offline_after_seconds = 90.0" in teamflow().stdout
+
+
+@pytest.mark.postgres
+def test_two_first_heartbeats_at_once_make_one_row_and_both_count(
+    _postgres_url: str, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A member's first heartbeat makes its `agent_state` row. When a second process's
+    first heartbeat comes while the first is still uncommitted, it waits for it and then
+    updates the row (it used to fail on the row's key, and the call with it)."""
+    import threading
+
+    import sqlalchemy as sa
+    from conftest import _empty_tables
+    from prefect_server import wait_until
+
+    _empty_tables(_postgres_url)
+    monkeypatch.setenv("TEAMFLOW_DATABASE_URL", _postgres_url)
+    research_team()
+    outcome: list[object] = []
+
+    def second() -> None:
+        try:
+            outcome.append(presence.heartbeat(TEAM, "analyst-1", status="executing_tools"))
+        except Exception as exc:  # the assertion below names it
+            outcome.append(exc)
+
+    with session_scope() as first:
+        presence.heartbeat(TEAM, "analyst-1", status="thinking", session=first)
+        thread = threading.Thread(target=second)
+        thread.start()
+
+        def second_waits() -> bool:  # on the first one's uncommitted row
+            with session_scope() as s:
+                return bool(s.execute(sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                )).scalar())  # fmt: skip
+
+        wait_until(second_waits, 30, "the second heartbeat waiting for the first")
+    thread.join(30)
+    assert len(outcome) == 1 and not isinstance(outcome[0], Exception), outcome
+    assert state_of("analyst-1") == "executing_tools"
