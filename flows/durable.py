@@ -79,11 +79,13 @@ class Journal:
     records: dict[tuple[int, str], tuple[str, dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, info: dict[str, Any], member: str) -> Journal:
+    def load(cls, info: dict[str, Any], member: str, *, session: Any = None) -> Journal:
         """The member's records on the task's current attempt (none for a run without a
         lease: `run_team_task` called without a claim, as some tests do)."""
         attempt, lease = int(info.get("attempt") or 0), info.get("lease")
-        records = store.load(info["id"], attempt, member) if lease is not None else {}
+        records = (
+            store.load(info["id"], attempt, member, session=session) if lease is not None else {}
+        )
         return cls(info["id"], attempt, lease, member, records)
 
     @property

@@ -39,7 +39,12 @@ def is_outside(runtime: dict[str, Any] | None) -> bool:
 async def member_work(info: dict[str, Any], name: str, max_steps: int) -> Work:
     """One member's part of a team task: its agent stepped by teamflow (`work_on`), or, for
     an outside member, its report awaited (`await_report`)."""
-    if await anyio.to_thread.run_sync(_outside, info["team"], name):
+    known = info.get("outside")  # which assignees are, read when the run claimed the task
+    if known is None:
+        outside = await anyio.to_thread.run_sync(_outside, info["team"], name)
+    else:
+        outside = name in known
+    if outside:
         return await await_report(info, name)
     return await work_on(info, name, max_steps)
 

@@ -2,7 +2,7 @@
 
 `work_on` runs one assignee's part of a `team-task` run (`flows/team_task.py`): it opens
 the member's conversation, then at every step reads the member's inbox, asks the member's
-runtime for one `002` Chimera response (the `agent-step` task) and executes its actions
+runtime for one `002` Chimera response (`agent_step`) and executes its actions
 (`_execute`), recording each step in the `messages` conversation table, until the agent stops,
 fails or runs out of steps. `tool`/`script` actions run inline as `run-tool` tasks (`SYNC`) or
 as separate `tool-action` runs (`ASYNC`, `flows/tool_action.py`); `internal` ones send
@@ -15,15 +15,14 @@ watchdog never takes a long step for a dead member.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import anyio
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
-from prefect.utilities.annotations import quote
+from prefect import get_run_logger
 
 from flows import tool_gate
 from flows.actions import execute, restart_orphans
@@ -48,6 +47,7 @@ from models.conversation import ConversationMessage, append_message, load_conver
 from models.db import session_scope
 from models.task_status import ExecutionStatus, append_output, set_member_status
 from models.tool import ToolResult
+from models.tool_policy import ToolPolicy
 
 RESULT_WAIT_S = 0.2  # how often a step waiting for an ASYNC result looks at the inbox
 HEARTBEAT_S = 10.0  # how often a working member's agent_state.last_heartbeat is renewed
@@ -83,11 +83,28 @@ class Liveness:
                 await alive(self.team, self.member, self.status)
 
 
-async def member_status(team: str, member: str, status: str, **kwargs: Any) -> None:
-    """Updates the member's `004` task status (and its task-status.json)."""
-    await anyio.to_thread.run_sync(
-        lambda: set_member_status(team, member, status=ExecutionStatus(status), **kwargs)
-    )
+def _beat(team: str, member: str, status: str | None, *, session: Any) -> None:
+    """`presence.heartbeat` in a transaction that happens anyway (no transaction of its
+    own); a shut-down member's refused heartbeat is no reason to fail (it writes nothing)."""
+    from models.team import TeamError
+
+    if status is not None:
+        with contextlib.suppress(TeamError):
+            presence.heartbeat(team, member, status=status, session=session)
+
+
+async def member_status(
+    team: str, member: str, status: str, *, beat: str | None = None, **kwargs: Any
+) -> None:
+    """Updates the member's `004` task status (and its task-status.json); with `beat`, its
+    heartbeat in the same transaction."""
+
+    def update() -> None:
+        with session_scope() as s:
+            _beat(team, member, beat, session=s)
+            set_member_status(team, member, status=ExecutionStatus(status), session=s, **kwargs)
+
+    await anyio.to_thread.run_sync(update)
 
 
 @dataclass(frozen=True)
@@ -97,12 +114,16 @@ class StepFailure:
     reason: str
 
 
-@task(name="agent-step", task_run_name="step {number} of {member}", cache_policy=NO_CACHE)
 async def agent_step(
-    runtime: dict[str, Any], request: StepRequest, member: str, number: int
+    runtime: dict[str, Any], request: StepRequest
 ) -> StepResult | StepFailure | None:
     """The member's next step; None while a result it needs (an ASYNC action's) is due;
-    a `StepFailure` (one line, no traceback in the run's logs) when the runtime cannot step."""
+    a `StepFailure` (one line, no traceback in the run's logs) when the runtime cannot step.
+
+    Not a Prefect task run: a step's run would cost the server three events and a task
+    run's rows, and show nothing the run's log line for the step (`step_line`, with the
+    seconds the agent took) does not (issue 35). The tools a step calls are task runs.
+    """
 
     def step() -> StepResult | StepFailure | None:
         try:
@@ -132,9 +153,10 @@ class Assignee:
     tools: list[Any]
 
 
-def _begin(info: dict[str, Any], name: str) -> Assignee:
-    """In one transaction: the member's settings and tools, its status `running`, and the
-    conversation's opening (the member's prompt, the lead's task) unless it has begun."""
+def _begin(info: dict[str, Any], name: str) -> tuple[Assignee, Journal]:
+    """In one transaction: the member's settings and tools, its status `running`, the
+    conversation's opening (the member's prompt, the lead's task) unless it has begun, and
+    the member's journal of the task (`flows.durable`)."""
     from models.tool import list_tools
 
     team = info["team"]
@@ -183,7 +205,7 @@ def _begin(info: dict[str, Any], name: str) -> Assignee:
                     conversation_id=conversation_id,
                     message=ConversationMessage.model_validate(data),
                 )
-    return member
+        return member, Journal.load(info, name, session=s)
 
 
 def _append_all(session: Any, agent_id: str, conversation: str, makers: list[Any]) -> None:
@@ -203,16 +225,25 @@ def _append_all(session: Any, agent_id: str, conversation: str, makers: list[Any
 
 
 def _before_step(
-    team: str, name: str, agent_id: str, conversation: str, journal: Journal | None = None
-) -> tuple[list[dict[str, Any]], list[ConversationMessage]]:
-    """The member's unread inbox entries, marked read, and the conversation the step sees:
-    ASYNC results that arrived join it, so later steps still see them. One transaction,
-    refused (`Superseded`) when the run's lease on the task was taken."""
+    team: str,
+    name: str,
+    agent_id: str,
+    conversation: str,
+    journal: Journal | None = None,
+    beat: str | None = None,
+) -> tuple[list[dict[str, Any]], list[ConversationMessage], ToolPolicy]:
+    """The member's unread inbox entries, marked read, the conversation the step sees
+    (ASYNC results that arrived join it, so later steps still see them) and its tool policy
+    and budgets as of now. One transaction, refused (`Superseded`) when the run's lease on
+    the task was taken; with `beat`, the member's heartbeat (`_beat`) in it too."""
+    from models.member_policy import policy_of
+
     with session_scope() as s:
         if journal is not None and journal.durable:
             from models.task_lease import hold
 
             hold(journal.task_id, journal.lease, session=s)  # type: ignore[arg-type]  # durable
+        _beat(team, name, beat, session=s)
         rows = inbox.messages(team, name, unread=True, mark_read=True, session=s)
         arrived = [{**r.entry_dict(), "payload": r.payload} for r in rows]
         results = [
@@ -226,8 +257,10 @@ def _before_step(
             conversation,
             [lambda i, t, r=result: tool_result_message(r, index=i, turn=t) for result in results],
         )
-        return arrived, load_conversation(
-            session=s, agent_id=agent_id, conversation_id=conversation
+        return (
+            arrived,
+            load_conversation(session=s, agent_id=agent_id, conversation_id=conversation),
+            policy_of(team, name, session=s),
         )
 
 
@@ -301,8 +334,7 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
     """
     logger = get_run_logger()
     team, work = info["team"], Work(member=name)
-    member = await anyio.to_thread.run_sync(_begin, info, name)
-    journal = await anyio.to_thread.run_sync(Journal.load, info, name)
+    member, journal = await anyio.to_thread.run_sync(_begin, info, name)
     if journal.restore(work):
         logger.info("%s resumes after its step %d", name, work.steps)
     runtime, lead = member.runtime, member.lead
@@ -318,12 +350,17 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
     try:
         await restart_orphans(info, name, journal, work)
         while work.steps < max_steps:
-            arrived, conversation = await anyio.to_thread.run_sync(
-                _before_step, team, name, member.agent_id, conversation_id, journal
-            )
-            unread += arrived
             number = work.steps + 1
             step = journal.response(number)
+            # The member's heartbeat "thinking" rides on the step's first transaction.
+            beat = "thinking" if step is None and liveness.status != "thinking" else None
+            arrived, conversation, work.policy = await anyio.to_thread.run_sync(
+                partial(_before_step, journal=journal, beat=beat),
+                team, name, member.agent_id, conversation_id,
+            )  # fmt: skip
+            liveness.status = beat or liveness.status
+            unread += arrived
+            thought = 0.0  # seconds the agent took for this step
             if step is not None:
                 logger.info("%s step %d: its recorded response (not asked again)", name, number)
             else:
@@ -338,10 +375,10 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
                     tools=member.tools,
                     inbox=unread,
                 )
-                await liveness.now("thinking")
                 held = await tool_gate.held_step(info, name, work, request.steps_taken)  # resumed
-                # quote: Prefect need not walk the conversation and tools looking for futures.
-                result = held or await agent_step(quote(runtime), quote(request), name, number)  # type: ignore[call-overload]  # Prefect unquotes
+                thinking = time.monotonic()
+                result = held or await agent_step(runtime, request)
+                thought = time.monotonic() - thinking
                 if isinstance(result, StepFailure):
                     work.failed_step = number
                     raise StepError(result.reason)
@@ -383,7 +420,7 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
                 partial(_record_step, journal=journal, work=work),
                 member.agent_id, conversation_id, response, results, notes,
             )  # fmt: skip
-            logger.info("%s", step_line(name, work.steps, response))
+            logger.info("%s in %.1f s", step_line(name, work.steps, response), thought)
             unread = []
             if stop:
                 break
@@ -400,11 +437,11 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
     finally:
         keeper.cancel()
     elapsed = time.monotonic() - started
-    await liveness.now("idle")
     await member_status(
         team,
         name,
         "complete" if work.ok else "error",
+        beat="idle" if liveness.status != "idle" else None,
         error_message=work.error,
         tokens=work.tokens,
         completed=work.ok,

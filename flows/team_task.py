@@ -15,18 +15,20 @@ run by `flows/steps.py`; the `tool-action` flow is `flows/tool_action.py`.
 Everything is kept: every step in the `messages` conversation table, the member's `004` task
 status (`tasks/{team}/{member}/task-status.json`), `output.log`, `artifacts/`, a
 `task_metrics` row and a `000` experience log per execution; the run shows a Markdown report,
-a table of the team's status, and each member's Markdown files and CSV tables (first rows) in
-the Prefect UI, and logs one line per step. At the end the task is `completed` (or `archived`
-with the failures recorded, and the run ends Failed saying which member failed at which step
-and why) and the lead gets an `idle_notification`.
+the team's artifact (its status and members' table), and each member's Markdown files and
+CSV tables (first rows) in the Prefect UI, and logs one line per step (with the seconds its
+agent took). At the end the task is `completed` (or `archived` with the failures recorded,
+and the run ends Failed saying which member failed at which step and why) and the lead
+gets an `idle_notification`.
 
 A denied plan: the lead's feedback joins the member's conversation as a message from the
 decider, and its next `request_plan_approval` revises the denied request, up to the team's
 `plan_max_revisions`; at the limit the member's part ends with that reason.
 
-Each agent step and each SYNC tool run is a Prefect task run. Claiming the task and closing
-it are one database transaction each, done in the flow itself; so is each step's reading of
-the inbox and recording of the conversation. That keeps a team task's cost beyond its
+Each SYNC tool run is a Prefect task run; an agent's step is not (its log line says what
+the task run would: issue 35). Claiming the task and closing it are one database
+transaction each, done in the flow itself; so is each step's reading of the inbox and
+recording of the conversation. That keeps a team task's cost beyond its
 agent's work near what any flow run costs (`benchmarks/team_task.py`).
 """
 
@@ -43,7 +45,7 @@ from prefect.client.schemas.objects import State
 from prefect.states import Cancelled, Failed
 
 from flows import dependencies
-from flows.outside import adopt, member_work, resumed
+from flows.outside import adopt, is_outside, member_work, resumed
 from flows.runner import task_run_tags
 from flows.steps import Work
 from models import inbox
@@ -124,6 +126,12 @@ def claim(task_id: str, lease: int | None = None) -> tuple[dict[str, Any], bool,
         team = teams.get_team(info["team"], session=s)
         if claimed:
             info["lease"] = lease
+            # Which assignees are outside members (`flows.outside.member_work`), read here.
+            info["outside"] = [
+                name
+                for name in info["assignees"]
+                if is_outside(teams.get_member(info["team"], name, session=s).runtime)
+            ]
             if not info.get("resumed"):
                 notify(info, lead=team.lead, session=s)
         limit = int(team.settings.get("concurrency", DEFAULT_CONCURRENCY))

@@ -1,14 +1,13 @@
 """What the Prefect UI shows of a team: its members' table and its artifact at a glance.
 
 Every team task run (when it closes its task) and every alert run (once it delivered its
-alert) publishes:
-
-- a table artifact on the run: per member its status, whether it is active, unread
-  messages, tasks done, tokens, steps, tool calls and plan waits (requests, pending, seconds
-  waited), as of now;
-- the team's Markdown artifact under the key `team-<name>` (one per team: the Artifacts
-  page shows its latest version, the history its earlier ones): the lead, tasks by status,
-  the plans waiting for a decision, and the members' table.
+alert) publishes the team's Markdown artifact under the key `team-<name>` (one per team: the
+Artifacts page shows its latest version, the history its earlier ones, and the run shows the
+version it made): the lead, tasks by status, the plans waiting for a decision, and the
+members' table: per member its status, whether it is active, unread messages, tasks done,
+tokens, steps, tool calls and plan waits (requests, pending, seconds waited), as of now.
+The table is not a second artifact of its own: one artifact a run is half the server's work
+of two (issue 35).
 
 The numbers come from teamflow's database through `models.metrics.team_glance` (the sums
 and counts of `teamflow metrics`, without pandas) and `models.presence` (as `teamflow
@@ -41,12 +40,14 @@ def _int(value: Any) -> int:
     return int(value)
 
 
-def member_rows(team: str, glance: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def member_rows(
+    team: str, glance: dict[str, Any] | None = None, *, session: Any = None
+) -> list[dict[str, Any]]:
     """The members' table, one row per member (in the team's order), as of now (`glance`:
     `models.metrics.team_glance` read already)."""
     from models import metrics, presence
 
-    state = presence.team_state(team)
+    state = presence.team_state(team, session=session)
     known = (glance or metrics.team_glance(team))["members"]
     rows = []
     for member, unread in state["unread"].items():
@@ -70,18 +71,23 @@ def member_rows(team: str, glance: dict[str, Any] | None = None) -> list[dict[st
 
 
 def team_markdown(
-    team: str, rows: list[dict[str, Any]], by: str, glance: dict[str, Any] | None = None
+    team: str,
+    rows: list[dict[str, Any]],
+    by: str,
+    glance: dict[str, Any] | None = None,
+    *,
+    session: Any = None,
 ) -> str:
     """The team's state at a glance (the `team-<name>` artifact), updated `by` a run."""
     from models import approval, metrics
     from models.base import utcnow
     from models.team import settings_of
 
-    lead = settings_of(team).lead
+    lead = settings_of(team, session=session).lead
     counts = (glance or metrics.team_glance(team))["tasks"]
     order = ["pending", "in_progress", "completed", "archived"]
     tasks = ", ".join(f"{counts.get(s, 0)} {s.replace('_', ' ')}" for s in order)
-    waiting = approval.list_requests(team, pending=True)
+    waiting = approval.list_requests(team, pending=True, session=session)
     now = utcnow()
     lines = [
         f"# Team {team}",
@@ -106,20 +112,20 @@ def team_markdown(
     return "\n".join(lines)
 
 
-async def publish(team: str, *, by: str, table: bool = True) -> None:
-    """The members' table on the current run (with `table`) and the team's artifact."""
-    from prefect.artifacts import acreate_markdown_artifact, acreate_table_artifact
+async def publish(team: str, *, by: str) -> None:
+    """The team's artifact, made by the current run."""
+    from prefect.artifacts import acreate_markdown_artifact
 
-    def read() -> tuple[list[dict[str, Any]], str]:
+    def read() -> str:
         from models import metrics
+        from models.db import session_scope
 
         glance = metrics.team_glance(team)
-        rows = member_rows(team, glance)
-        return rows, team_markdown(team, rows, by, glance)
+        with session_scope() as s:
+            rows = member_rows(team, glance, session=s)
+            return team_markdown(team, rows, by, glance, session=s)
 
-    rows, markdown = await anyio.to_thread.run_sync(read)
-    if table:
-        await acreate_table_artifact(rows, description=f"{team}: members as of {by}")
+    markdown = await anyio.to_thread.run_sync(read)
     await acreate_markdown_artifact(
         markdown, key=team_key(team), description=f"Team {team} at a glance"
     )

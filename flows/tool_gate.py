@@ -80,7 +80,9 @@ async def gate(
     if blocked:
         return {}
     team = info["team"]
-    policy = await anyio.to_thread.run_sync(lambda: policy_of(team, name))
+    policy = work.policy  # read by the step (`flows.steps._before_step`)
+    if policy is None:
+        policy = await anyio.to_thread.run_sync(lambda: policy_of(team, name))
     if not policy.asks:
         return {}
     calls = await anyio.to_thread.run_sync(_calls, policy, response)
@@ -205,9 +207,12 @@ async def spend(info: dict[str, Any], name: str, lead: str, work: Any) -> None:
     """Holds the member to its budgets on the task, tokens and seconds of work (waits for
     decisions not counted): one ALARM to the lead at 80% of each; at 100% the member waits
     for a budget extension (a `budget` request in a `tool-approval` run): approved with a
-    new budget, it goes on; rejected, its part stops with the feedback as the reason."""
+    new budget, it goes on; rejected, its part stops with the feedback as the reason.
+    The member's policy is the one the step read (`work.policy`), else read here."""
     team = info["team"]
-    policy = await anyio.to_thread.run_sync(lambda: policy_of(team, name))
+    policy = work.policy
+    if policy is None:
+        policy = await anyio.to_thread.run_sync(lambda: policy_of(team, name))
     for kind, key, given in (
         ("tokens", BUDGET_KINDS["tokens"], policy.budget_tokens),
         ("seconds", BUDGET_KINDS["seconds"], policy.budget_seconds),

@@ -30,3 +30,4 @@ class Work:
     pending: set[asyncio.Task] = field(default_factory=set)
     started_at: Any = None
     ended_at: Any = None
+    policy: Any = None  # the member's `ToolPolicy` as the current step read it

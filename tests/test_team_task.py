@@ -335,8 +335,8 @@ def test_the_task_commands_create_run_list_and_show_a_task(team: str) -> None:
 
 
 def test_the_run_shows_each_members_numbers_and_the_team_at_a_glance(team: str) -> None:
-    """What the Prefect UI shows: a members' table on the run, and the team's artifact
-    under its own key (the latest version on the Artifacts page)."""
+    """What the Prefect UI shows: the team's artifact under its own key (the latest version
+    on the Artifacts page), made by the run, with the members' table in it."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         ArtifactFilter,
@@ -367,14 +367,22 @@ def test_the_run_shows_each_members_numbers_and_the_team_at_a_glance(team: str) 
                 flow_run_id=ArtifactFilterFlowRunId(any_=[glance.flow_run_id])
             )
         )
-    [table] = [a for a in on_run if a.type == "table" and a.description.startswith(TEAM)]
-    rows = {row["member"]: row for row in json.loads(table.data)}
-    assert list(rows["analyst-1"]) == COLUMNS
+    assert glance.id in {a.id for a in on_run}
+    assert not [a for a in on_run if a.type == "table"]  # the table is in the team's artifact
+    lines = [line for line in glance.data.splitlines() if line.startswith("| ")]
+    header, *body = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    assert header == COLUMNS
+    rows = {cells[0]: dict(zip(header, cells, strict=True)) for cells in body}
     one, two = rows["analyst-1"], rows["analyst-2"]
-    assert (one["tasks done"], one["steps"], one["tool calls"], one["plans"]) == (1, 2, 1, 0)
-    assert (two["tasks done"], two["steps"], two["tool calls"]) == (0, 0, 0)
-    assert one["status"] == "complete" and one["active"] is True
-    assert one["unread"] == len(inbox.messages(TEAM, "analyst-1", unread=True))
+    assert (one["tasks done"], one["steps"], one["tool calls"], one["plans"]) == (
+        "1",
+        "2",
+        "1",
+        "0",
+    )
+    assert (two["tasks done"], two["steps"], two["tool calls"]) == ("0", "0", "0")
+    assert one["status"] == "complete" and one["active"] == "yes"
+    assert one["unread"] == str(len(inbox.messages(TEAM, "analyst-1", unread=True)))
     assert glance.description == f"Team {TEAM} at a glance"
     assert glance.data.startswith(f"# Team {TEAM}\n\nLead **coordinator**.")
     assert "**Tasks:** 1 pending, 0 in progress, 1 completed, 0 archived." in glance.data
