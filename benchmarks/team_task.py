@@ -15,9 +15,14 @@
    way) and the client waits 2 s. Prints p50/p95 next to issue 16's target (p50 at most 0.15 s),
    the same figures with one tool call per task, and Prefect's floor: an empty async flow
    run, run the same way. Each figure has its CPU seconds per run too, of the server and of
-   this process (the client: the engine, teamflow's own work), less what both spend idle
-   over the gaps (measured in the same run). A temporary Prefect server (started as
-   `teamflow up` starts it, `tests/prefect_server.harness`) and SQLite are used.
+   this process (the client: the engine, teamflow's own work), counted until the server has
+   recorded the last run's events (it does so in batches, after the runs), less what both
+   spend idle over the gaps and that wait (measured in the same run). And what each run
+   costs in work, counted rather than timed: the server's flow-run state changes, task runs,
+   events, artifacts (read from its database for each figure's time window), and the
+   client's transactions on teamflow's database. (Prefect logs only errors here, as in every
+   benchmark, so no run sends log lines.) A temporary Prefect server (started as `teamflow
+   up` starts it, `tests/prefect_server.harness`) and SQLite are used.
 2. Sustained throughput. A real Prefect server, teamflow's deployments and two
    `teamflow worker` processes (what `tests/test_team_task_workers.py` starts). Runs of
    the `team-task` deployment for `--sustained-tasks` tasks (one member, one tool call
@@ -47,6 +52,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +62,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the test helpers start server
 TARGET_P50_S = 0.15  # issue 16
 TARGET_TASKS_PER_S = 5.0  # issue 16: sustained, two workers
 TARGET_CPU_S = 0.2  # issue 35: server and worker together, a team task
+PERSISTER_FLUSH_S = 5.5  # Prefect's event persister writes every 5 s (its flush_interval)
 TEAM = "bench-team"
 FLOOR = "empty Prefect flow run"
 FINISH = {"status": "SUCCESS", "thoughts": [], "actions": [], "stop": True, "response": "ok"}
@@ -115,28 +122,49 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, Any]]:
 
     async def measure(server_pid: int) -> dict[str, dict[str, Any]]:
         async with api_clients():  # as in a worker's thread: clients made once
+            windows_began.append(datetime.now(UTC).replace(tzinfo=None))
             warm = create_task(TEAM, title="warm-up", assignees=["idle"])
             await run_team_task(str(warm.id))  # the first run pays for imports and first calls
             await empty()
+            settling = [0.0]
+
+            async def settle() -> None:
+                """Waits for the server to be done with the figure's runs (it records
+                events and task runs in batches, after the runs end): their CPU counts."""
+                from prefect.events.worker import EventsWorker
+
+                began = time.monotonic()
+                # This process's events sent (its events worker stops; the next run starts
+                # another), then recorded by the server.
+                await asyncio.to_thread(EventsWorker.drain_all, 30, False)
+                await asyncio.to_thread(_settled, db, windows_began[-1])
+                settling[0] = time.monotonic() - began
+
+            await settle()  # the warm-up's events recorded: idle from here
             idle: dict[str, float] = {}
-            with _cpu_spent(server_pid, idle):  # what the gaps alone cost, to take off
-                await asyncio.sleep(gap * tasks)
+            idle_for = gap * tasks + PERSISTER_FLUSH_S
+            with _cpu_spent(server_pid, idle):  # what idle seconds cost, to take off
+                await asyncio.sleep(idle_for)
 
             def cpu(spent: dict[str, float]) -> dict[str, float]:
+                idle_s = gap * tasks + settling[0]  # the gaps, and the wait for the server
+                server = spent["server"] - idle["server"] / idle_for * idle_s
+                client = spent["benchmark"] - idle["benchmark"] / idle_for * idle_s
                 return {
-                    "server": round(max(0.0, spent["server"] - idle["server"]) / tasks, 3),
-                    "client": round(max(0.0, spent["benchmark"] - idle["benchmark"]) / tasks, 3),
+                    "server": round(max(0.0, server) / tasks, 3),
+                    "client": round(max(0.0, client) / tasks, 3),
                 }
 
             figures: dict[str, dict[str, Any]] = {}
             times: list[float] = []
             spent: dict[str, float] = {}
-            with _cpu_spent(server_pid, spent):
+            with _cpu_spent(server_pid, spent), _counted(windows, windows_began, FLOOR):
                 for _ in range(tasks):
                     await asyncio.sleep(gap)
                     started = time.perf_counter()
                     await empty()
                     times.append(time.perf_counter() - started)
+                await settle()
             figures[FLOOR] = {**figure(times), "cpu_s": cpu(spent)}
             for label, member in (("orchestration only", "idle"), ("with one tool call", "worker")):
                 made = [
@@ -146,7 +174,7 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, Any]]:
                     for i in range(tasks)
                 ]
                 times, spent = [], {}
-                with _cpu_spent(server_pid, spent):
+                with _cpu_spent(server_pid, spent), _counted(windows, windows_began, label):
                     for task in made:
                         await asyncio.sleep(gap)
                         started = time.perf_counter()
@@ -156,12 +184,96 @@ def overhead(tasks: int, home: Path, gap: float) -> dict[str, dict[str, Any]]:
                             sys.exit(
                                 f"task {task.id} ended {result['status']}: {result['members']}"
                             )
+                    await settle()
                 figures[label] = {**figure(times), "cpu_s": cpu(spent)}
             return figures
 
+    windows: dict[str, dict[str, Any]] = {}
+    windows_began: list[datetime] = []
+    db = home / "server" / "prefect.db"
     with harness_server(home / "server") as server, api_for_the_block(server.api):
         assert server.process is not None
-        return asyncio.run(measure(server.process.pid))
+        figures = asyncio.run(measure(server.process.pid))
+        work = _server_work(db, windows)
+    for label, counts in work.items():
+        figures[label]["work"] = {k: round(v / tasks, 2) for k, v in counts.items()}
+    return figures
+
+
+@contextlib.contextmanager
+def _counted(
+    windows: dict[str, dict[str, Any]], windows_began: list[datetime], label: str
+) -> Iterator[None]:
+    """Notes the block's time window (the server's clock is this machine's) and counts the
+    transactions committed on teamflow's database meanwhile (SQLAlchemy's `commit` event)."""
+    import sqlalchemy as sa
+    from sqlalchemy.engine import Engine
+
+    commits = [0]
+
+    def count(_connection: Any) -> None:
+        commits[0] += 1
+
+    sa.event.listen(Engine, "commit", count)
+    began = datetime.now(UTC).replace(tzinfo=None)
+    windows_began.append(began)
+    try:
+        yield
+    finally:
+        windows[label] = {
+            "since": began, "until": datetime.now(UTC).replace(tzinfo=None),
+            "transactions": commits[0],
+        }  # fmt: skip
+        sa.event.remove(Engine, "commit", count)
+
+
+def _settled(db: Path, since: datetime) -> None:
+    """Returns once the server has recorded the events and task runs since `since` (it
+    writes them in batches after the runs): their counts stay the same for longer than its
+    event persister waits between writes."""
+    import sqlite3
+
+    queries = [
+        "SELECT count(*) FROM events WHERE occurred >= ?",
+        "SELECT count(*) FROM task_run WHERE start_time >= ?",
+    ]
+    seen, changed, deadline = None, time.monotonic(), time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            now = [conn.execute(q, (str(since),)).fetchone()[0] for q in queries]
+        if now != seen:
+            seen, changed = now, time.monotonic()
+        elif time.monotonic() - changed > PERSISTER_FLUSH_S:
+            return
+        time.sleep(0.5)
+
+
+def _server_work(db: Path, windows: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """What the server recorded in each window: flow-run state changes, task runs, events
+    (all, and the task runs'), artifacts, read from its SQLite database (each window ends
+    once the server recorded its runs' events: `_settled`)."""
+    import sqlite3
+
+    def count(sql: str, window: dict[str, Any]) -> int:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+            since, until = (str(window[k]) for k in ("since", "until"))
+            return int(conn.execute(sql, (since, until)).fetchone()[0])
+
+    events = "SELECT count(*) FROM events WHERE occurred BETWEEN ? AND ?"
+    queries = {
+        "state changes": "SELECT count(*) FROM flow_run_state WHERE timestamp BETWEEN ? AND ?",
+        "task runs": "SELECT count(*) FROM task_run WHERE start_time BETWEEN ? AND ?",
+        "events": events,
+        "task-run events": events + " AND event LIKE 'prefect.task-run.%'",
+        "artifacts": "SELECT count(*) FROM artifact WHERE created BETWEEN ? AND ?",
+    }
+    return {
+        label: {
+            **{name: count(sql, window) for name, sql in queries.items()},
+            "transactions": window["transactions"],
+        }
+        for label, window in windows.items()
+    }
 
 
 def _processes() -> dict[int, tuple[int, float]]:
@@ -313,6 +425,11 @@ def main() -> None:
     floor = figures[FLOOR]["p50_s"]
     print(f"of which Prefect's floor (an empty async flow run) {floor} s, teamflow's own "
           f"{p50 - floor:.3f} s")  # fmt: skip
+    print("what one run costs, counted: on the server, and teamflow's transactions")
+    names = list(figures[FLOOR]["work"])
+    print(f"{'':<22}" + "".join(f"{n:>{len(n) + 2}}" for n in names))
+    for label, f in figures.items():
+        print(f"{label:<22}" + "".join(f"{f['work'][n]:>{len(n) + 2}}" for n in names))
     tool, floor_cpu = figures["with one tool call"]["cpu_s"], figures[FLOOR]["cpu_s"]
     print(
         f"CPU per run, server and client: a team task with one tool call "

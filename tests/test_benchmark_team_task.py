@@ -1,5 +1,6 @@
 """`benchmarks/team_task.py`'s first part, as docs/performance.md shows it (shortened): a team
-task's wall time and CPU seconds beside Prefect's floor (an empty flow run), in one run."""
+task's wall time and CPU seconds beside Prefect's floor (an empty flow run), in one run, and
+what each run costs the server, counted."""
 
 from __future__ import annotations
 
@@ -29,3 +30,11 @@ def test_the_team_task_benchmark_prints_cpu_beside_prefects_floor() -> None:
         assert figure["p50_s"] > 0, label
     # A team task does work in this process beyond the engine's: its client CPU is not nil.
     assert figures["with one tool call"]["cpu_s"]["client"] > 0
+    # Counted on the server: a run's three state changes (Pending, Running, Completed) and
+    # no artifacts for the floor; a team task adds its report and the team's artifact, and
+    # a task run only for its tool call (an agent's step is none: issue 35).
+    floor, idle, tool = (figures[k]["work"] for k in figures)
+    assert (floor["state changes"], floor["task runs"], floor["artifacts"]) == (3, 0, 0)
+    assert (idle["state changes"], idle["task runs"], idle["artifacts"]) == (3, 0, 2)
+    assert (tool["task runs"], tool["task-run events"], tool["artifacts"]) == (1, 3, 2)
+    assert floor["transactions"] == 0 < idle["transactions"] < tool["transactions"]
