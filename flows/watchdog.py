@@ -19,7 +19,8 @@ window). One check:
 3. delivers each new alarm to the team's lead as an ALARM through the `system-alert` flow
    (a subflow run per alarm); an alarm whose delivery failed is delivered by the next run;
 4. marks Crashed the in-process subflow runs of dead runs (`end_orphans`), starts the runs
-   of tasks whose blockers completed but whose start was lost (`start_unblocked`), and
+   of tasks whose blockers completed but whose start was lost (`start_unblocked`), starts
+   again the tasks whose run crashed before it claimed them (`restart_unclaimed`), and
    hands back to the pool the runs a dead worker took but never started
    (`hand_back_stranded`).
 """
@@ -363,6 +364,66 @@ async def start_unblocked(older_than: float | None = None) -> list[str]:
     return started
 
 
+def _unclaimed(run: store.DeadRun) -> tuple[str, str, list[str], str] | None:
+    """The task `run` died before claiming (pending, and `run` is its own run of its
+    current attempt, or a restart of that run): (team, title, assignees, the attempt's run
+    key); else None."""
+    import uuid
+
+    from models.task import TaskRow, TaskState
+
+    try:
+        task_id = uuid.UUID(str(run.task_id))
+    except ValueError:
+        return None
+    with session_scope() as s:
+        row = s.get(TaskRow, task_id)
+        if row is None or row.status != TaskState.PENDING.value:
+            return None
+        key = store.task_run_key(row.id, row.attempt)
+        if run.idempotency_key != key and not str(run.idempotency_key).startswith(key + "-after-"):
+            return None
+        return row.team or "", row.title, [a.assignee_id for a in row.assignees], key
+
+
+async def restart_unclaimed(dead: list[store.DeadRun]) -> list[str]:
+    """Starts the task again of each `team-task` run that crashed before it claimed its task
+    (its worker or its API replica died between the run's start and its claim): the task is
+    still pending and no run would take it. Only Crashed runs (a run someone cancelled
+    stays so) that were the task's own run of its current attempt, or a restart of it. The
+    new run's idempotency key names the dead one: one restart per dead run, whoever starts
+    it, however often. Returns the ids of the runs started now."""
+    from datetime import UTC, datetime
+
+    from flows import runner
+    from flows.dependencies import DEPLOYMENT
+
+    began = datetime.now(UTC)
+    started: list[str] = []
+    for run in dead:
+        if run.flow != TASK_FLOW or run.state != "Crashed" or run.lease is not None:
+            continue
+        found = await anyio.to_thread.run_sync(_unclaimed, run)
+        if found is None:
+            continue
+        team, title, assignees, key = found
+        new = await anyio.to_thread.run_sync(
+            partial(
+                runner.start, DEPLOYMENT, {"task_id": run.task_id, "team": team},
+                idempotency_key=f"{key}-after-{run.id}", tags=[f"team:{team}"],
+                flow_run_name=runner.task_run_name(team, title, assignees),
+                require_worker=False,
+            )
+        )  # fmt: skip
+        if new.created is None or new.created >= began:
+            get_run_logger().warning(
+                "task %s: its run %s crashed before it claimed the task: started %s",
+                run.task_id, run.id, new.name,
+            )  # fmt: skip
+            started.append(str(new.id))
+    return started
+
+
 @flow(
     name=FLOW_NAME,
     description="Checks every team: members offline, tasks late, runs dead; alarms the lead.",
@@ -394,6 +455,7 @@ async def watchdog(checks: int = 1, every: float | None = None) -> dict[str, Any
         for orphan in await end_orphans():
             logger.info("subflow run %s marked Crashed: its parent run died", orphan)
         await start_unblocked()
+        await restart_unclaimed(dead)
         for stranded in await hand_back_stranded():
             logger.info("run %s handed back to the pool: the worker that took it died", stranded)
         new = []

@@ -164,6 +164,43 @@ def test_a_crashed_task_run_fails_the_task_and_the_task_starts_again(
     assert get_task(task.id).status == "pending"
 
 
+def test_a_task_whose_run_crashed_before_its_claim_starts_again_once(
+    prefect_api: str, db_url: str, home: Path
+) -> None:
+    """A run that dies between its start and its claim (its worker or its API replica went)
+    leaves its task pending, which no run would take: the watchdog starts it again, once
+    per dead run. A run someone cancelled is their decision: its task is left alone."""
+    from prefect.states import Cancelled
+
+    research_team()
+    asyncio.run(_deploy(team_task, "team-task"))
+    task = create_task(TEAM, title="Q4 report", assignees=["analyst-1"])
+    other = create_task(TEAM, title="Q4 chart", assignees=["analyst-2"])
+    first = runner.start_task(str(task.id))
+    asyncio.run(_crash(first.id))  # before it claimed the task: still pending
+    cancelled = runner.start_task(str(other.id))
+
+    async def cancel() -> None:
+        async with get_client() as client:
+            await client.set_flow_run_state(cancelled.id, Cancelled(), force=True)
+
+    asyncio.run(cancel())
+
+    async def runs_of(task_id: uuid.UUID) -> list:
+        async with get_client() as client:
+            runs = await client.read_flow_runs()
+        return [r for r in runs if r.parameters.get("task_id") == str(task_id)]
+
+    assert str(first.id) in run_watchdog()["dead_runs"]
+    again = [r for r in asyncio.run(runs_of(task.id)) if r.id != first.id]
+    assert [r.idempotency_key for r in again] == [f"team-task-{task.id}-after-{first.id}"]
+    assert again[0].state.is_scheduled() and get_task(task.id).status == "pending"
+    run_watchdog()  # the dead run is still there: no second restart
+    assert len(asyncio.run(runs_of(task.id))) == 2
+    assert [r.id for r in asyncio.run(runs_of(other.id))] == [cancelled.id]
+    assert get_task(other.id).status == "pending"
+
+
 def test_a_shutdown_whose_run_died_is_forced(prefect_api: str, db_url: str, home: Path) -> None:
     research_team()
 
