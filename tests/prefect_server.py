@@ -74,6 +74,38 @@ def stop(process: subprocess.Popen, grace: float = 20) -> None:
         process.wait(timeout=10)
 
 
+def listens(process: subprocess.Popen, port: int | str) -> bool:
+    """Whether `process` (or a process of the session it leads) listens on `port` of this
+    machine. A free port can be taken by another test's server between `free_port` and the
+    bind; then the port answers, but not for `process` (which fails to bind and exits)."""
+    hexport = f"{int(port):04X}"
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            for row in itertools.islice(rows, 1, None):
+                fields = row.split()
+                if fields[1].rsplit(":", 1)[1] == hexport and fields[3] == "0A":
+                    inodes.add(f"socket:[{fields[9]}]")
+    for pid in {process.pid, *_session_pids(process.pid)}:
+        with contextlib.suppress(OSError):
+            if any(
+                os.readlink(f"/proc/{pid}/fd/{fd}") in inodes
+                for fd in os.listdir(f"/proc/{pid}/fd")
+            ):
+                return True
+    return False
+
+
+def _session_pids(sid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getsid(int(entry)) == sid:
+                    pids.append(int(entry))
+    return pids
+
+
 def healthy(api: str) -> bool:
     try:
         return httpx.get(f"{api}/health", timeout=1).text.strip() == "true"
@@ -315,7 +347,11 @@ def restart(server: Server) -> None:
             start_new_session=True, preexec_fn=with_the_tests(),
         )  # fmt: skip
     process = server.process
-    wait_until(lambda: healthy(server.api) or process.poll() is not None, 120, "Prefect server")
+    wait_until(
+        lambda: (healthy(server.api) and listens(process, port)) or process.poll() is not None,
+        120,
+        "Prefect server",
+    )
     assert process.poll() is None, server.log.read_text()[-3000:]
 
 

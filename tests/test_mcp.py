@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
-from prefect_server import wait_until
+from prefect_server import free_port, listens, wait_until
 
 from models import approval, identity, inbox, membership, presence, shutdown, task, team
 from models.db import engine, session_scope
@@ -111,12 +110,6 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def serving(*flags: str) -> Iterator[str]:
     """`teamflow mcp --http` on a free port, with `flags`; yields its URL."""
@@ -157,18 +150,16 @@ def test_over_http_a_call_without_a_token_is_refused(db_url: str, home) -> None:
 
 
 def _wait_for_port(process: subprocess.Popen, port: int) -> None:
-    """Returns once the server accepts connections (fails if it exits first)."""
+    """Returns once the server listens on `port` (fails if it exits first)."""
     import time
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise AssertionError(f"teamflow mcp --http exited: {process.stderr.read().decode()}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
+        if listens(process, port):
+            return
+        time.sleep(0.05)
     raise AssertionError("teamflow mcp --http did not listen within 60 s")
 
 

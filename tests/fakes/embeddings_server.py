@@ -68,10 +68,11 @@ class FakeEmbeddings:
         self._thread.join(5)
 
     def _answer(self, path: str, raw: bytes) -> tuple[int, Any]:
+        if path != "/v1/embeddings":
+            # Not recorded: a client of another test may reach a port this server reused.
+            return 404, {"error": {"message": f"Unknown path {path}", "type": "not_found"}}
         body = json.loads(raw or b"null")
         self.requests.append({"path": path, "body": body})
-        if path != "/v1/embeddings":
-            return 404, {"error": {"message": f"Unknown path {path}", "type": "not_found"}}
         if self.fail_with:
             return self.fail_with, {"error": {"message": "fake failure", "type": "server"}}
         texts = body["input"] if isinstance(body["input"], list) else [body["input"]]

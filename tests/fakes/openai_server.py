@@ -6,9 +6,9 @@
         server.requests[0]["body"]["messages"]
 
 It answers `POST /v1/chat/completions` like the real API: 401 with an `invalid_api_key` error
-when the `Authorization: Bearer` header is not the key, 404 on other paths, else the next
-queued reply as a `chat.completion` object with `choices[0].message.content` and `usage`
-(or a queued error status). Like some real servers, its 401 echoes the key it was sent.
+when the `Authorization: Bearer` header is not the key, 404 on other paths (not recorded),
+else the next queued reply as a `chat.completion` object with `choices[0].message.content`
+and `usage` (or a queued error status). Like some real servers, its 401 echoes the key it was sent.
 """
 
 from __future__ import annotations
@@ -65,10 +65,11 @@ class FakeOpenAI:
         self._thread.join(5)
 
     def _answer(self, path: str, headers: dict[str, str], raw: bytes) -> tuple[int, Any]:
+        if path != "/v1/chat/completions":
+            # Not recorded: a client of another test may reach a port this server reused.
+            return 404, {"error": {"message": f"Unknown path {path}", "type": "not_found"}}
         body = json.loads(raw or b"null")
         self.requests.append({"path": path, "headers": headers, "body": body})
-        if path != "/v1/chat/completions":
-            return 404, {"error": {"message": f"Unknown path {path}", "type": "not_found"}}
         sent = headers.get("authorization", "")
         if self.api_key is not None and sent != f"Bearer {self.api_key}":
             token = sent.removeprefix("Bearer ")
