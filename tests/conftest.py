@@ -135,6 +135,21 @@ def own_prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield api
 
 
+@pytest.fixture(scope="module")
+def deployed_prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Prefect server of this module's own with teamflow's work pool and deployments, for
+    the module's tests, which start the `teamflow worker`s they need (`teamflow_workers`).
+    A server start costs seconds of CPU; the tests tell their runs apart by id or by the
+    time they were created. The module fails if the server logged an error."""
+    from prefect_server import prefect_server
+    from teamflow_workers import register_deployments
+
+    tmp = tmp_path_factory.mktemp("deployed")
+    with prefect_server(tmp) as server:
+        register_deployments(server, tmp / "deploy.log")
+        yield server
+
+
 # The test modules that take longest (each several minutes of end-to-end runs, by the CI's
 # --durations): handed out first. A module left off only starts a little later.
 _LONGEST_FIRST = (

@@ -12,8 +12,8 @@ from uuid import UUID
 
 import anyio
 import pytest
-from prefect_server import prefect_server, wait_until
-from teamflow_workers import register_deployments, teamflow_workers
+from prefect_server import wait_until
+from teamflow_workers import teamflow_workers
 from test_mcp import TEAM, call, cli, stdio, tmux_socket  # noqa: F401 (a fixture)
 from test_mcp_runs import prefect_env  # noqa: F401 (a fixture)
 from test_watchdog_flow import run_watchdog
@@ -111,19 +111,20 @@ def test_a_task_freed_by_its_blocker_starts_its_run_for_an_outside_member(
 
 
 @pytest.fixture
-def suspending_prefect(db_url: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def suspending_prefect(
+    deployed_prefect, db_url: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     """`prefect_env`, with a worker whose runs suspend after a second of waiting."""
+    server = deployed_prefect
     shared = {
         "TEAMFLOW_DATABASE_URL": db_url,
         "TEAMFLOW_HOME": str(home),
         "TEAMFLOW_SUSPEND_AFTER_SECONDS": "1",
     }
-    with prefect_server(tmp_path) as server:
-        register_deployments(server, tmp_path / "deploy.log")
-        with teamflow_workers(server, tmp_path, 1, env=shared):
-            for key in ("PREFECT_API_URL", "PREFECT_HOME"):
-                monkeypatch.setenv(key, server.env[key])
-            yield server
+    with teamflow_workers(server, tmp_path, 1, env=shared):
+        for key in ("PREFECT_API_URL", "PREFECT_HOME"):
+            monkeypatch.setenv(key, server.env[key])
+        yield server
 
 
 @pytest.mark.system

@@ -10,12 +10,13 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
 import pytest
-from prefect_server import prefect_server, wait_until
-from teamflow_workers import register_deployments, teamflow_workers
+from prefect_server import wait_until
+from teamflow_workers import teamflow_workers
 from test_mcp import AGENT, TEAM, call, stdio, tmux_socket  # noqa: F401 (a fixture)
 
 from models import approval, identity, membership, shutdown, task
@@ -23,16 +24,17 @@ from models import team as teams
 
 
 @pytest.fixture
-def prefect_env(db_url: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A Prefect server with teamflow's deployments and one worker sharing this database;
-    this process (and what it starts) talks to that server."""
+def prefect_env(
+    deployed_prefect, db_url: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The module's Prefect server with teamflow's deployments and one worker of this test
+    sharing this database; this process (and what it starts) talks to that server."""
+    server = deployed_prefect
     shared = {"TEAMFLOW_DATABASE_URL": db_url, "TEAMFLOW_HOME": str(home)}
-    with prefect_server(tmp_path) as server:
-        register_deployments(server, tmp_path / "deploy.log")
-        with teamflow_workers(server, tmp_path, 1, env=shared):
-            for key in ("PREFECT_API_URL", "PREFECT_HOME"):
-                monkeypatch.setenv(key, server.env[key])
-            yield server
+    with teamflow_workers(server, tmp_path, 1, env=shared):
+        for key in ("PREFECT_API_URL", "PREFECT_HOME"):
+            monkeypatch.setenv(key, server.env[key])
+        yield server
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -44,6 +46,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def test_an_outside_member_gets_its_plan_approved_and_shuts_down(
     prefect_env, tmp_path: Path
 ) -> None:
+    began = datetime.now(UTC)  # the module's server holds its earlier tests' runs too
     membership.create_team(TEAM, description="outside members with runs")
     membership.add_member(
         TEAM, "alice", model="sonnet", prompt="p", plan_mode_required=True, runtime={"kind": "mcp"}
@@ -124,7 +127,9 @@ def test_an_outside_member_gets_its_plan_approved_and_shuts_down(
     ):
         runs = wait_until(
             lambda: (
-                (r := client.read_flow_runs(limit=20)) and all(x.state.is_final() for x in r) and r
+                (r := _since(client.read_flow_runs(limit=200), began))
+                and all(x.state.is_final() for x in r)
+                and r
             ),
             120,
             "the runs to end",
@@ -140,8 +145,14 @@ def test_an_outside_member_gets_its_plan_approved_and_shuts_down(
     assert str(next(r for r in runs if kind(r.name) == "task").id) == given["run"]["flow_run_id"]
 
 
-def _runs(api: str, count: int) -> list:
-    """The Prefect runs of this test's server, once `count` of them are there and all ended."""
+def _since(runs: list, began: datetime) -> list:
+    """The runs created since `began` (the module's server holds earlier tests' runs)."""
+    return [r for r in runs if r.created is not None and r.created >= began]
+
+
+def _runs(api: str, count: int, began: datetime) -> list:
+    """The Prefect runs made on the server at `api` since `began`, once `count` of them are
+    there and all ended."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -152,7 +163,7 @@ def _runs(api: str, count: int) -> list:
         try:
             return wait_until(
                 lambda: (
-                    len(r := client.read_flow_runs(limit=50)) >= count
+                    len(r := _since(client.read_flow_runs(limit=200), began)) >= count
                     and all(x.state.is_final() for x in r)
                     and r
                 ),
@@ -160,7 +171,8 @@ def _runs(api: str, count: int) -> list:
                 "the runs to end",
             )
         except AssertionError:
-            seen = [(r.name, r.state.type.value) for r in client.read_flow_runs(limit=50)]
+            runs = _since(client.read_flow_runs(limit=200), began)
+            seen = [(r.name, r.state.type.value) for r in runs]
             raise AssertionError(f"the runs did not all end: {seen}") from None
 
 
@@ -183,6 +195,7 @@ def test_a_team_of_outside_clients_runs_a_task_chain_as_prefect_runs(
     example agent: two started by hand with their tokens, one spawned by the lead in real
     tmux. A chain of three tasks (`add_blocked_by`), one plan approved by the lead over MCP,
     then a shutdown of everyone: every step a Prefect run, counted by status and metrics."""
+    began = datetime.now(UTC)  # the module's server holds its earlier tests' runs too
     work = tmp_path / "work"
     program = (
         f"{sys.executable} {AGENT} --team {{team}} --name {{name}} --work-dir {work} "
@@ -277,7 +290,7 @@ def test_a_team_of_outside_clients_runs_a_task_chain_as_prefect_runs(
     assert members["alice"]["plans"] == 1
 
     # Every step a Prefect run: 3 team-task runs, the plan, 3 shutdowns.
-    runs = _runs(prefect_env.api, 7)
+    runs = _runs(prefect_env.api, 7, began)
     kinds = sorted((r.name.split(" ")[0], r.state.type.value) for r in runs)
     tasks = [k for k in kinds if k[0] not in ("plan", "shutdown")]
     assert tasks == [(tasks[0][0], "COMPLETED")] * 3, kinds

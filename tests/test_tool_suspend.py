@@ -21,8 +21,8 @@ from uuid import UUID
 import pytest
 from cli_runner import teamflow
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect_server import prefect_server, wait_until
-from teamflow_workers import register_deployments, teamflow_workers
+from prefect_server import wait_until
+from teamflow_workers import teamflow_workers
 
 from models import membership, tool_approval
 from models import team as teams
@@ -36,20 +36,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def served(db_url: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """A Prefect server with the deployments; the workers are the test's to start."""
+def served(
+    deployed_prefect, db_url: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The module's Prefect server with the deployments; the workers are the test's to
+    start. Its runs are told apart by id."""
+    server = deployed_prefect
     shared = {
         "TEAMFLOW_DATABASE_URL": db_url,
         "TEAMFLOW_HOME": str(home),
         "TEAMFLOW_SUSPEND_AFTER_SECONDS": "1",
     }
-    with prefect_server(tmp_path) as server:
-        register_deployments(server, tmp_path / "deploy.log")
-        for key in ("PREFECT_API_URL", "PREFECT_HOME"):
-            monkeypatch.setenv(key, server.env[key])
-        # This process's Prefect settings too: each test has a server of its own.
-        with temporary_settings(updates={PREFECT_API_URL: server.api}):
-            yield server, shared
+    for key in ("PREFECT_API_URL", "PREFECT_HOME"):
+        monkeypatch.setenv(key, server.env[key])
+    # This process's Prefect settings too (another module's server may have been its API).
+    with temporary_settings(updates={PREFECT_API_URL: server.api}):
+        yield server, shared
 
 
 def team_with_a_guarded_tool(calls_file: Path) -> None:
