@@ -15,7 +15,7 @@ from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.states import Scheduled
-from prefect_server import prefect_server, restart, stop, wait_until
+from prefect_server import Server, prefect_server, restart, stop, wait_until
 from teamflow_workers import ended_runs, register_deployments, teamflow_workers
 
 from flows.alerts import create_timer
@@ -29,39 +29,38 @@ MEMBERS = ("coordinator", "analyst-1", "analyst-2")
 
 
 def test_timers_fire_at_their_time_not_before_and_reach_the_inboxes(
-    tmp_path: Path, db_url: str, home: Path
+    deployed_prefect: Server, tmp_path: Path, db_url: str, home: Path
 ) -> None:
     research_team()
     shared = {"TEAMFLOW_DATABASE_URL": db_url, "TEAMFLOW_HOME": str(home)}
-    with prefect_server(tmp_path) as server:
-        register_deployments(server, tmp_path / "deploy.log")
-        with (
-            teamflow_workers(server, tmp_path, 1, env=shared),
-            temporary_settings(updates={PREFECT_API_URL: server.api}),
-            get_client(sync_client=True) as client,
-        ):
-            deployment = client.read_deployment_by_name(DEPLOYMENT)
-            now = datetime.now(UTC)
-            # Created latest first: each new timer is earlier than the one the worker's
-            # timer waits for, so it must re-arm. `late` goes to one member only.
-            timers = {"late": 9, "middle": 7, "early": 5}
-            run_ids = {}
-            for name, seconds in timers.items():
-                run_ids[name] = client.create_flow_run_from_deployment(
-                    deployment.id,
-                    parameters={
-                        "team": TEAM,
-                        "alert_type": "TIMER",
-                        "alert_name": name,
-                        "message": f"{name} timer",
-                        **({"member": "analyst-1"} if name == "late" else {}),
-                    },
-                    state=Scheduled(scheduled_time=now + timedelta(seconds=seconds)),
-                ).id
-            # A bound against hanging, not a speed target.
-            runs = wait_until(
-                lambda: ended_runs(client, list(run_ids.values())), 180, "the timers to end", 0.5
-            )
+    server = deployed_prefect  # the runs are told apart by id
+    with (
+        teamflow_workers(server, tmp_path, 1, env=shared),
+        temporary_settings(updates={PREFECT_API_URL: server.api}),
+        get_client(sync_client=True) as client,
+    ):
+        deployment = client.read_deployment_by_name(DEPLOYMENT)
+        now = datetime.now(UTC)
+        # Created latest first: each new timer is earlier than the one the worker's
+        # timer waits for, so it must re-arm. `late` goes to one member only.
+        timers = {"late": 9, "middle": 7, "early": 5}
+        run_ids = {}
+        for name, seconds in timers.items():
+            run_ids[name] = client.create_flow_run_from_deployment(
+                deployment.id,
+                parameters={
+                    "team": TEAM,
+                    "alert_type": "TIMER",
+                    "alert_name": name,
+                    "message": f"{name} timer",
+                    **({"member": "analyst-1"} if name == "late" else {}),
+                },
+                state=Scheduled(scheduled_time=now + timedelta(seconds=seconds)),
+            ).id
+        # A bound against hanging, not a speed target.
+        runs = wait_until(
+            lambda: ended_runs(client, list(run_ids.values())), 180, "the timers to end", 0.5
+        )
 
     by_name = {r.parameters["alert_name"]: r for r in runs}
     for name, run in by_name.items():
