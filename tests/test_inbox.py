@@ -180,6 +180,44 @@ def test_typed_message_reads_back_as_004_001_and_000(home: Path) -> None:
     assert message["status"] == "sent"
 
 
+def test_messages_read_back_exactly_as_the_orm_loads_them(home: Path) -> None:
+    """`messages` builds its rows itself (on SQLite from the driver's own values): every
+    attribute equals what SQLAlchemy's ORM loads, for plain, typed and flagged messages."""
+    from sqlmodel import Session, select
+
+    from models import db
+    from models.inbox_table import InboxRow
+
+    research_team()
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="plain", summary="s")
+    inbox.send(TEAM, to="analyst-1", sender="coordinator", text="meta", metadata={"k": [1, "x"]})
+    inbox.send(
+        TEAM, to="analyst-1", sender="system", text="alert", type="system_alert",
+        payload={"alert_type": "TIMER", "alert_name": "sync", "message": "é ✓"},
+    )  # fmt: skip
+    request = PlanApprovalRequest.model_validate(
+        {"from": "analyst-1", "plan": "1. Load", "summary": "plan", "requestId": "plan-1",
+         "timestamp": "2026-02-16T10:41:00.000Z"}
+    )  # fmt: skip
+    inbox.send_payload(TEAM, to="analyst-1", sender="analyst-2", payload=request)
+    inbox.mark_read(TEAM, "analyst-1", [inbox.messages(TEAM, "analyst-1")[0].message_id])
+
+    def attributes(row: InboxRow) -> dict:
+        return {k: v for k, v in vars(row).items() if not k.startswith("_")}
+
+    with Session(db.engine()) as s:
+        loaded = s.exec(
+            select(InboxRow)
+            .where(InboxRow.team == TEAM, InboxRow.recipient == "analyst-1")
+            .order_by(InboxRow.seq)
+        ).all()
+        expected = [attributes(r) for r in loaded]
+    assert [attributes(r) for r in inbox.messages(TEAM, "analyst-1")] == expected
+    unread = [attributes(r) for r in inbox.messages(TEAM, "analyst-1", unread=True)]
+    assert unread == [e for e in expected if not e["read"]] and len(unread) == len(expected) - 1
+    assert all(e["timestamp"].tzinfo is not None for e in expected)
+
+
 def test_notification_reads_back_as_a_notification(home: Path) -> None:
     from models.notification import NotificationAdapter
 
