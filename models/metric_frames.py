@@ -14,6 +14,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from models import db
 from models.base import UTCDateTime
@@ -73,10 +75,31 @@ def plain_number(value: Decimal | None) -> int | float | None:
     return int(value) if value == value.to_integral_value() else float(value)
 
 
+class _RawTime(FunctionElement[Any]):
+    """A timestamp as `as_utc` converts it all at once: SQLite's text as it is stored;
+    on PostgreSQL microseconds since the epoch, an integer, since its driver would make a
+    `datetime` of each value (10 us each: half a second of CPU for 50,000 executions)."""
+
+    inherit_cache = True
+    name = "teamflow_raw_time"
+
+
+@compiles(_RawTime)
+def _raw_time_as_stored(element: _RawTime, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.clauses, **kw))
+
+
+@compiles(_RawTime, "postgresql")
+def _raw_time_in_microseconds(element: _RawTime, compiler: Any, **kw: Any) -> str:
+    return (
+        f"CAST(EXTRACT(EPOCH FROM {compiler.process(element.clauses, **kw)}) * 1000000 AS BIGINT)"
+    )
+
+
 def raw_time(column: Any, name: str | None = None) -> Any:
-    """A timestamp as the database gives it (SQLite: text), for `as_utc` to convert all at once:
-    much faster than converting each value in Python."""
-    return sa.type_coerce(column, sa.String).label(name or column.key)
+    """A timestamp as the database gives it cheapest (`_RawTime`), for `as_utc` to convert
+    all at once: much faster than converting each value in Python."""
+    return _RawTime(column).label(name or column.key)
 
 
 def in_window(stmt: sa.Select, table: Any, team: str | None, start: datetime | None, column: Any):
@@ -120,10 +143,16 @@ def as_bool(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
 
 
 def as_utc(frame: pd.DataFrame, *columns: str) -> pd.DataFrame:
+    """`raw_time` columns as UTC timestamps: ISO text (SQLite) or microseconds (PostgreSQL)."""
     import pandas as pd
+    from pandas.api.types import is_numeric_dtype
 
     for column in columns:
-        frame[column] = pd.to_datetime(frame[column], utc=True, format="ISO8601")
+        values = frame[column]
+        if is_numeric_dtype(values) and not values.empty:
+            frame[column] = pd.to_datetime(values, unit="us", utc=True)
+        else:
+            frame[column] = pd.to_datetime(values, utc=True, format="ISO8601")
     return frame
 
 

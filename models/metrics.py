@@ -349,7 +349,6 @@ def member_status(team: str | None, *, url: str | None = None) -> pd.DataFrame:
 def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     """Per member (every member of the team, and any other recipient with unread mail):
     unread messages now and when the oldest of them arrived."""
-    import pandas as pd
 
     I = table_of(InboxRow).c  # noqa: E741
     # Counted from `ix_inbox_messages_unread` alone (team, recipient, seq of the unread rows:
@@ -384,9 +383,7 @@ def unread_backlog(team: str | None, *, url: str | None = None) -> pd.DataFrame:
     everyone = read_frame(members, url)
     frame = everyone.merge(unread, on=["team", "member"], how="outer")
     frame["unread"] = frame["unread"].fillna(0).astype(int)
-    frame["oldest_unread_at"] = pd.to_datetime(
-        frame["oldest_unread_at"], utc=True, format="ISO8601"
-    )
+    frame = as_utc(frame, "oldest_unread_at")
     return frame.sort_values(["team", "member"], ignore_index=True)
 
 

@@ -14,7 +14,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pandas  # noqa: F401  (imported before freezegun freezes time: pandas' first import crashes under it)
+import pandas  # imported before freezegun freezes time: its first import crashes under it
 import pytest
 import sqlalchemy as sa
 from cli_runner import teamflow as run_teamflow
@@ -570,3 +570,33 @@ def test_cli_metrics_plot_spans_the_days_of_the_data_and_says_when_there_is_none
         "no finished tasks yet",
     ]
     plt.close(empty)
+
+
+def test_timestamps_come_back_to_the_microsecond_in_utc(db_url: str, home: Path) -> None:
+    """The per-row queries read timestamps raw (SQLite's text, PostgreSQL's microseconds
+    since the epoch) and convert them at once: each equals what was stored, to the
+    microsecond, in UTC, and a missing one is NaT."""
+    membership.create_team(TEAM, description="times", lead="coordinator")
+    membership.add_member(TEAM, "analyst-1", model="haiku", prompt="p")
+    membership.add_member(TEAM, "analyst-2", model="haiku", prompt="p")
+    inbox.mark_read(TEAM, "analyst-2")
+    start = datetime(2026, 11, 2, 9, 0, 1, 123457, tzinfo=UTC)
+    record_metrics(
+        TaskMetricsRow(team=TEAM, member="analyst-1", task_id="t", started_at=start,
+                       ended_at=start + timedelta(microseconds=999_999), duration_s=1.0)
+    )  # fmt: skip
+    with freeze_time(start):
+        request = approval.request_plan(TEAM, "analyst-1", "Plan it", "Plan")
+        inbox.send(TEAM, to="analyst-1", sender="coordinator", text="hello")
+    ran = m.executions(TEAM).iloc[0]
+    assert (ran["started_at"], ran["ended_at"]) == (
+        pandas.Timestamp(start),
+        pandas.Timestamp(start + timedelta(microseconds=999_999)),
+    )
+    asked = am.approvals(TEAM).set_index("request_id").loc[request.request_id]
+    assert asked["requested_at"] == pandas.Timestamp(start) and pandas.isna(asked["decided_at"])
+    backlog = m.unread_backlog(TEAM).set_index("member")
+    first = inbox.messages(TEAM, "analyst-1", unread=True)[0].timestamp  # by inbox order
+    assert backlog.loc["analyst-1", "oldest_unread_at"] == pandas.Timestamp(first)
+    assert pandas.isna(backlog.loc["analyst-2", "oldest_unread_at"])  # read all
+    assert str(ran["started_at"].tz) == "UTC"
