@@ -60,9 +60,17 @@ async def keep_time(*, poll_s: float | None = None, reconcile_s: float = RECONCI
     """Applies timeout policies at their deadlines and resumes what they decided; forever.
 
     Resuming runs talks to Prefect and may take seconds for hundreds of runs; it happens
-    beside the clock, so the next deadline is never kept waiting for it.
+    beside the clock, so the next deadline is never kept waiting for it. One Prefect client
+    serves every resume and reconciliation: a client of its own each (three every
+    `reconcile_s`) cost an idle worker more CPU than all else it does, an SSL context each.
     """
-    poll_s = poll_s or get_settings().deadline_poll_seconds
+    from prefect.context import AsyncClientContext
+
+    async with AsyncClientContext.get_or_create():
+        await _keep_time(poll_s or get_settings().deadline_poll_seconds, reconcile_s)
+
+
+async def _keep_time(poll_s: float, reconcile_s: float) -> None:
     send, receive = anyio.create_memory_object_stream[list[str]](max_buffer_size=1000)
 
     async def resumer() -> None:
