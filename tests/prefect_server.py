@@ -28,10 +28,28 @@ from flows.up import UP_LAST_LINE
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Where the test run keeps one Prefect database migrated to head (set by conftest; None:
-# each server migrates its own, as for a user). Prefect's migrations cost a server start
-# about 5 s of CPU, and a run of the suite starts some fifty servers.
+# Where the test run keeps one Prefect database migrated to head, its block types registered
+# (set by conftest; None: each server migrates its own, as for a user). Prefect's migrations
+# cost a server start about 5 s of CPU, its block registration 1.4 s, and a run of the suite
+# starts some sixty servers.
 TEMPLATE_DIR: Path | None = None
+
+# A server on a copy of the template: its block types are there already.
+_SEEDED_SERVER_ENV = {"PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "false"}
+
+# Registers Prefect's block types in the database of PREFECT_API_DATABASE_CONNECTION_URL,
+# as a server's start does (`create_app`'s `add_block_types`).
+_REGISTER_BLOCKS = """
+import asyncio
+from prefect.server.database import provide_database_interface
+from prefect.server.models.block_registration import run_block_auto_registration
+
+async def register():
+    async with await provide_database_interface().session() as session:
+        await run_block_auto_registration(session=session)
+
+asyncio.run(register())
+"""
 
 
 def free_port() -> int:
@@ -225,9 +243,9 @@ def prefect_server(
     server_env["PREFECT_API_DATABASE_CONNECTION_URL"] = (
         database_url or f"sqlite+aiosqlite:///{tmp / 'prefect.db'}"
     )
+    if database_url is None and seed_prefect_db(tmp / "prefect.db"):
+        server_env.update(_SEEDED_SERVER_ENV)
     server_env.update(env or {})
-    if database_url is None:
-        seed_prefect_db(tmp / "prefect.db")
     Path(server_env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
     server = Server(api=api, env=server_env, process=None, log=tmp / "prefect-server.log")
     try:
@@ -309,16 +327,20 @@ def with_the_tests(*, sigint_ignored: bool = False) -> Any:
     return preexec
 
 
-def seed_prefect_db(path: Path) -> None:
+def seed_prefect_db(path: Path) -> bool:
     """Copies the run's migrated Prefect database to `path` (SQLite, mode 0600 as `up`
-    makes it), unless a database is there or no template dir is set. The template is made
-    once for the run (every xdist worker shares it) with `prefect server database upgrade`,
-    so a server started on the copy finds its schema at head and migrates nothing."""
+    makes it), unless a database is there or no template dir is set; whether the database
+    at `path` comes from the template (a copy made now or before). The template is made
+    once for the run (every xdist worker shares it) with `prefect server database upgrade`
+    and Prefect's block registration, so a server started on the copy finds its schema at
+    head and its block types there, and need not register them (`_SEEDED_SERVER_ENV`)."""
     import fcntl
     import shutil
 
-    if TEMPLATE_DIR is None or path.exists():
-        return
+    if TEMPLATE_DIR is None:
+        return False
+    if path.exists():
+        return True
     template = TEMPLATE_DIR / "prefect-template.db"
     with (TEMPLATE_DIR / "prefect-template.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -326,14 +348,19 @@ def seed_prefect_db(path: Path) -> None:
             made = TEMPLATE_DIR / "prefect-template.db.new"
             env = base_env(TEMPLATE_DIR, "http://127.0.0.1:9/api")
             env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{made}"
-            subprocess.run(
-                [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
-                env=env, check=True, capture_output=True, timeout=300,
-            )  # fmt: skip
+            for command in (
+                ["-m", "prefect", "server", "database", "upgrade", "-y"],
+                ["-c", _REGISTER_BLOCKS],
+            ):
+                subprocess.run(
+                    [sys.executable, *command],
+                    env=env, check=True, capture_output=True, timeout=300,
+                )  # fmt: skip
             made.rename(template)
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(template, path)
     path.chmod(0o600)
+    return True
 
 
 def restart(server: Server) -> None:
@@ -366,8 +393,9 @@ def start(
     database = env.get("PREFECT_API_DATABASE_CONNECTION_URL") or env.get(
         "PREFECT_SERVER_DATABASE_CONNECTION_URL"
     )
-    if args[:1] == ["up"] and not database and env.get("TEAMFLOW_HOME"):
-        seed_prefect_db(Path(env["TEAMFLOW_HOME"]) / "prefect.db")
+    home = env.get("TEAMFLOW_HOME")
+    if args[:1] == ["up"] and not database and home and seed_prefect_db(Path(home) / "prefect.db"):
+        env = {**_SEEDED_SERVER_ENV, **env}
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "flows.cli", *args],
