@@ -24,6 +24,8 @@ os.environ["TEAMFLOW_TOKEN_FILE"] = "/nonexistent/teamflow-tests/token"
 from models import db
 from models.tables import metadata
 
+pytest_plugins = ["cpu_report"]
+
 POSTGRES_URL = os.environ.get("TEAMFLOW_TEST_POSTGRES_URL")
 
 
