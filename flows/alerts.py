@@ -5,21 +5,29 @@ SCHEDULED_EVENT is one schedule (cron, interval or RRULE, with its own parameter
 one `system-alert` deployment, so it shows on the deployment's page in the Prefect UI and
 Prefect's scheduler makes its runs. The alert is recorded in teamflow's database first
 (`models.alert`), then created in Prefect; when Prefect refuses, the record is removed
-again, so a failed command leaves nothing behind. Every network call of alerts is here.
+again, so a failed command leaves nothing behind. Every network call of alerts is here,
+through `runner.PrefectApi` (plain httpx: the commands do not import Prefect).
 """
 
 from __future__ import annotations
 
-import contextlib
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
-from uuid import UUID
+
+import httpx
 
 from flows import runner
-from flows.system_alert import DEPLOYMENT, run_tags
 from models import alert as store
 from models.alert import Alert, AlertError, AlertStatus
 from models.notification import AlertType
+
+DEPLOYMENT = "system-alert/system-alert"
+"""The deployment that runs `flows.system_alert` (`prefect.yaml`), as `flow/deployment`."""
+
+
+def run_tags(team: str, alert_type: AlertType | str) -> list[str]:
+    """The tags an alert's run carries in the Prefect UI: the team and the kind of alert."""
+    return [f"team:{team}", AlertType(alert_type).value]
 
 
 def _check_server(api: str) -> None:
@@ -44,22 +52,17 @@ def _parameters(alert: Alert) -> dict[str, Any]:
     }
 
 
-def prefect_schedule(spec: dict[str, Any]) -> Any:
-    """The Prefect schedule object for a `models.schedule` spec."""
-    from prefect.client.schemas.schedules import CronSchedule, IntervalSchedule, RRuleSchedule
-
+def prefect_schedule(spec: dict[str, Any]) -> dict[str, Any]:
+    """The schedule of Prefect's API (cron, interval or RRULE) for a `models.schedule` spec."""
     tz = spec.get("timezone") or "UTC"
     if "cron" in spec:
-        return CronSchedule(cron=spec["cron"], timezone=tz)
+        return {"cron": spec["cron"], "timezone": tz, "day_or": True}
     if "interval" in spec:
-        return IntervalSchedule(
-            interval=timedelta(seconds=int(spec["interval"])),
-            anchor_date=datetime.fromisoformat(spec["anchor"]),
-            timezone=tz,
-        )
+        return {"interval": float(spec["interval"]), "anchor_date": spec["anchor"],
+                "timezone": tz}  # fmt: skip
     start = datetime.fromisoformat(spec["dtstart"])
     rule = spec["rrule"].removeprefix("RRULE:")
-    return RRuleSchedule(rrule=f"DTSTART:{start:%Y%m%dT%H%M%S}\nRRULE:{rule}", timezone=tz)
+    return {"rrule": f"DTSTART:{start:%Y%m%dT%H%M%S}\nRRULE:{rule}", "timezone": tz}
 
 
 def create_timer(
@@ -92,19 +95,7 @@ def create_timer(
     return alert, run
 
 
-def _deployment(client: Any) -> Any:
-    from prefect.exceptions import ObjectNotFound
-
-    try:
-        return client.read_deployment_by_name(DEPLOYMENT)
-    except ObjectNotFound:
-        raise runner.NoDeployment(
-            f"no deployment named {DEPLOYMENT!r} on the Prefect server; `teamflow up` "
-            "registers teamflow's deployments"
-        ) from None
-
-
-def _http(exc: Any) -> runner.RunnerError:
+def _http(exc: httpx.HTTPStatusError) -> runner.RunnerError:
     return runner.RunnerError(runner._http_reason(exc, runner.api_url()))
 
 
@@ -112,34 +103,31 @@ def add_schedule(
     team: str, name: str, message: str, spec: dict[str, Any], *, member: str | None = None
 ) -> Alert:
     """Records a SCHEDULED_EVENT and adds its schedule to the `system-alert` deployment."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import PrefectHTTPStatusError
-
     schedule = prefect_schedule(spec)
     store.check_alert(team, name, message, member)
-    with runner.connected() as api:
-        _check_server(api)
-        alert = store.create_alert(
-            team, AlertType.SCHEDULED_EVENT, name, message, recipient=member, schedule=spec
-        )
-        assert alert.id is not None, "a stored alert has its id"
-        try:
-            with get_client(sync_client=True) as client:
-                deployment = _deployment(client)
-                [created] = client.create_deployment_schedules(
-                    deployment.id,
-                    [(schedule, True)],
-                    parameters=_parameters(alert),
-                    slug=f"{team}-{name}-{alert.id}",
-                )
-        except PrefectHTTPStatusError as exc:
-            store.delete_alert(alert.id)
-            raise _http(exc) from None
-        except BaseException:
-            store.delete_alert(alert.id)
-            raise
+    api = runner.api_url()
+    _check_server(api)
+    alert = store.create_alert(
+        team, AlertType.SCHEDULED_EVENT, name, message, recipient=member, schedule=spec
+    )
+    assert alert.id is not None, "a stored alert has its id"
+    try:
+        with runner.PrefectApi(api) as prefect:
+            deployment = runner.find_deployment(prefect, DEPLOYMENT)
+            [created] = prefect.call(
+                "POST",
+                f"/deployments/{deployment['id']}/schedules",
+                [{"schedule": schedule, "active": True, "parameters": _parameters(alert),
+                  "slug": f"{team}-{name}-{alert.id}"}],
+            )  # fmt: skip
+    except httpx.HTTPStatusError as exc:
+        store.delete_alert(alert.id)
+        raise _http(exc) from None
+    except BaseException:
+        store.delete_alert(alert.id)
+        raise
     return store.set_prefect_ids(
-        alert.id, schedule_id=str(created.id), deployment_id=str(deployment.id)
+        alert.id, schedule_id=str(created["id"]), deployment_id=str(deployment["id"])
     )
 
 
@@ -150,9 +138,6 @@ def _ensure(alert: Alert, *allowed: str) -> None:
 
 def set_paused(alert_id: int, paused: bool) -> Alert:
     """Pauses or resumes a scheduled event's Prefect schedule (timers cannot be paused)."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import PrefectHTTPStatusError
-
     alert = store.get_alert(alert_id)
     if alert.alert_type != AlertType.SCHEDULED_EVENT.value or not alert.schedule_id:
         raise AlertError(
@@ -160,55 +145,52 @@ def set_paused(alert_id: int, paused: bool) -> Alert:
             f"cancel a timer with `teamflow alert cancel {alert_id}`"
         )
     _ensure(alert, AlertStatus.ACTIVE if paused else AlertStatus.PAUSED)
-    with runner.connected() as api:
-        _check_server(api)
-        try:
-            with get_client(sync_client=True) as client:
-                # The parameters again: Prefect 3.8.8's server resets a schedule's
-                # parameters to {} on any update that omits them, and the resumed
-                # schedule would then start runs without a team.
-                client.update_deployment_schedule(
-                    UUID(alert.deployment_id),
-                    UUID(alert.schedule_id),
-                    active=not paused,
-                    parameters=_parameters(alert),
-                )
-        except PrefectHTTPStatusError as exc:
-            raise _http(exc) from None
+    api = runner.api_url()
+    _check_server(api)
+    try:
+        with runner.PrefectApi(api) as prefect:
+            # The parameters again: Prefect 3.8.8's server resets a schedule's parameters
+            # to {} on any update that omits them, and the resumed schedule would then
+            # start runs without a team.
+            prefect.call(
+                "PATCH",
+                f"/deployments/{alert.deployment_id}/schedules/{alert.schedule_id}",
+                {"active": not paused, "parameters": _parameters(alert)},
+            )
+    except httpx.HTTPStatusError as exc:
+        raise _http(exc) from None
     return store.set_status(alert_id, AlertStatus.PAUSED if paused else AlertStatus.ACTIVE)
 
 
 def cancel(alert_id: int) -> Alert:
     """Deletes a scheduled event's schedule, or cancels a timer's scheduled run."""
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
-    from prefect.states import Cancelled
-
     alert = store.get_alert(alert_id)
     _ensure(alert, AlertStatus.ACTIVE, AlertStatus.PAUSED)
-    with runner.connected() as api:
-        _check_server(api)
-        try:
-            with get_client(sync_client=True) as client:
-                if alert.schedule_id:
-                    # Gone already: cancelled is what the user wants.
-                    with contextlib.suppress(ObjectNotFound):
-                        client.delete_deployment_schedule(
-                            UUID(alert.deployment_id), UUID(alert.schedule_id)
-                        )
-                elif alert.flow_run_id:
-                    run = client.read_flow_run(UUID(alert.flow_run_id))
-                    if run.state is not None and not run.state.is_scheduled():
-                        state = run.state.name or run.state.type.value
-                        raise AlertError(
-                            f"timer {alert_id} ({alert.name}) is already "
-                            f"{state.lower()}; it cannot be cancelled"
-                        )
-                    client.set_flow_run_state(
-                        run.id, Cancelled(message="cancelled with `teamflow alert cancel`")
+    api = runner.api_url()
+    _check_server(api)
+    try:
+        with runner.PrefectApi(api) as prefect:
+            if alert.schedule_id:
+                path = f"/deployments/{alert.deployment_id}/schedules/{alert.schedule_id}"
+                try:
+                    prefect.call("DELETE", path)
+                except httpx.HTTPStatusError as exc:
+                    if exc.response.status_code != 404:  # gone already: cancelled, as wanted
+                        raise
+            elif alert.flow_run_id:
+                run = prefect.call("GET", f"/flow_runs/{alert.flow_run_id}")
+                state = run.get("state") or {}
+                if state and state.get("type") != "SCHEDULED":
+                    kind = state.get("name") or state.get("type") or ""
+                    raise AlertError(
+                        f"timer {alert_id} ({alert.name}) is already "
+                        f"{kind.lower()}; it cannot be cancelled"
                     )
-        except PrefectHTTPStatusError as exc:
-            raise _http(exc) from None
+                cancelled = {"type": "CANCELLED", "name": "Cancelled",
+                             "message": "cancelled with `teamflow alert cancel`"}  # fmt: skip
+                prefect.call("POST", f"/flow_runs/{run['id']}/set_state", {"state": cancelled})
+    except httpx.HTTPStatusError as exc:
+        raise _http(exc) from None
     # A timer that went off meanwhile (teamflow's clock does not wait for Prefect) is done,
     # not cancelled: say so.
     return store.set_status(

@@ -99,19 +99,21 @@ def decide_plan(
         decider = teams.settings_of(request.team).lead if speaks_for_lead else who.name
     assert decider is not None  # a team has a lead; a member's principal has its name
     authorize(who, Action.PLAN_DECIDE, request.team, decider)
-    if request.flow_run_id and request.is_open:
-        # Imported before deciding, so the resume follows the decision at once.
-        import prefect.flow_runs  # noqa: F401
     row = approval.decide(
         request_id, approve=approve, decider=decider, feedback=feedback,
         via=who.door.via, identity=who.identity,
     )  # fmt: skip
     note = ""
     if row.flow_run_id:
-        from flows.plan_approval import resume_with_decision
-
-        note = resume_with_decision(row.flow_run_id, approve, feedback, decider)
+        note = runner.resume(row.flow_run_id, plan_decision_input(approve, feedback, decider))
     return PlanDecided(row, decider, note)
+
+
+def plan_decision_input(approve: bool, feedback: str | None, approver: str) -> dict[str, Any]:
+    """The `run_input` of a plan-approval run's resume with this decision: what its form
+    (`flows.plan_approval.PlanDecision`) submits."""
+    return {"decision": "approve" if approve else "deny", "feedback": feedback or "",
+            "approver": approver}  # fmt: skip
 
 
 @dataclass
@@ -196,3 +198,58 @@ def answer_shutdown(
             payload=payload,
             session=s,
         )
+
+
+@dataclass
+class CallDecided:
+    """A recorded decision on a tool call, who made it, and a note when its run could not
+    be resumed."""
+
+    call: Any
+    decider: str
+    note: str
+
+
+def decide_action(
+    call_id: str,
+    decision: str,
+    *,
+    who: Principal,
+    params: Any = None,
+    feedback: str | None = None,
+    decider: str | None = None,
+) -> CallDecided:
+    """Records the decision on one tool call (once; from the lead or an approver, never the
+    member itself), then resumes the run that waits for it. `decider` defaults to the lead
+    for the local user and a lead user, and to the caller itself for a member or an
+    approver user (`models.identity.RULES`, as for plans)."""
+    from models import team as teams
+    from models import tool_approval as store
+
+    call = store.get_call(call_id)
+    if not decider:
+        speaks_for_lead = who.is_local or who.kind is PrincipalKind.LEAD
+        decider = teams.settings_of(call.team).lead if speaks_for_lead else who.name
+    assert decider is not None
+    authorize(who, Action.TOOL_DECIDE, call.team, decider)
+    row = store.decide_call(
+        call_id, decision, decider=decider, params=params, feedback=feedback, door=who.door.value
+    )
+    note = ""
+    if row.flow_run_id:
+        run_input = tool_decision_input(call_id, decision, params, feedback, decider)
+        # A run between two waits finds the decision in the database: nothing to say.
+        note = runner.resume(row.flow_run_id, run_input, only_if_paused=True)
+    return CallDecided(row, decider, note)
+
+
+def tool_decision_input(
+    call_id: str, decision: str, params: Any, feedback: str | None, by: str
+) -> dict[str, Any]:
+    """The `run_input` of a resume carrying one call's decision: what the `tool-approval`
+    run's form (`flows.tool_approval.ToolDecisions`) submits."""
+    import json
+
+    text = json.dumps(params) if params is not None else ""
+    one = {"call_id": call_id, "decision": decision, "params": text, "feedback": feedback or ""}
+    return {"decisions": [one], "approver": by}

@@ -246,10 +246,11 @@ class Lead(threading.Thread):
         self.decide = decide
         self.decided: set[str] = set()
         self.ui: str | None = None  # the Prefect UI the runs go to (None: the user's)
+        self.api: str | None = None  # the Prefect API the runs go to (None: the user's)
 
     def run(self) -> None:
-        from flows.plan_approval import resume_with_decision
-        from flows.runner import run_url
+        from flows.decisions import plan_decision_input
+        from flows.runner import resume, run_url
         from models import approval
 
         while not self.done.wait(0.1):
@@ -276,7 +277,8 @@ class Lead(threading.Thread):
                 )
                 if request.flow_run_id:
                     # If the resume fails, the run still finds the decision in the database.
-                    resume_with_decision(request.flow_run_id, approve, feedback, LEAD)
+                    run_input = plan_decision_input(approve, feedback, LEAD)
+                    resume(request.flow_run_id, run_input, api=self.api)
                 why = "the lead's policy" if approve else f"feedback: {feedback}"
                 self.echo(f"    {row.status} by {LEAD} ({why})")
             self.answer_shutdowns()
@@ -351,7 +353,7 @@ def run(
     with _temporary_server(home, echo) if server is None else contextlib.nullcontext(server) as api:
         echo("3/4 the agents work on the task (team-task flow)")
         lead = Lead(interactive, echo, decide)
-        lead.ui = _ui(api)
+        lead.ui, lead.api = _ui(api), api
         lead.start()
         try:
             with _on(api):
@@ -448,9 +450,9 @@ def _on(api: str | None) -> contextlib.AbstractContextManager[Any]:
     """Runs go to the server found (so the UI shows them), else to a temporary one."""
     if api is None:
         return contextlib.nullcontext()
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from flows import runner
 
-    return temporary_settings(updates={PREFECT_API_URL: api})
+    return runner.connected(api)
 
 
 def _ui(api: str | None) -> str | None:

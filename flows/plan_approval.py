@@ -87,15 +87,6 @@ class PlanDecision(RunInput):
         return None
 
 
-def decision_input(approve: bool, feedback: str | None, approver: str) -> dict[str, Any]:
-    """The `run_input` of a resume with this decision: what the form submits."""
-    return {
-        "decision": APPROVE if approve else DENY,
-        "feedback": feedback or "",
-        "approver": approver,
-    }
-
-
 # --- tasks ---------------------------------------------------------------------------------
 
 
@@ -388,38 +379,6 @@ async def plan_approval(
     request = await _load(request_id)
     logger.info("Plan %s %s (%s)", request_id, request.status, request.cause)
     return result_of(request)
-
-
-def resume_with_decision(run_id: str, approve: bool, feedback: str | None, decider: str) -> str:
-    """Resumes the waiting run with the decision; says why if it could not (the run then
-    finds the decision in teamflow's database by itself, within seconds)."""
-    from uuid import UUID
-
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import NotPausedError
-    from prefect.flow_runs import resume_flow_run
-
-    from flows import runner
-
-    try:
-        with runner.connected() as api:
-            runner.check_server(api)
-            try:
-                resume_flow_run(
-                    UUID(run_id),
-                    run_input=decision_input(approve, feedback, decider),
-                )
-            except NotPausedError:
-                with get_client(sync_client=True) as client:
-                    state = client.read_flow_run(UUID(run_id)).state
-                if state is not None and (state.is_running() or state.is_final()):
-                    return ""  # the run saw the decision in the database first
-                kind = state.type.value.lower() if state is not None else "without a state"
-                return f"run {run_id} is {kind}; it finds the decision in the database"
-    except Exception as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"run {run_id} not resumed ({reason}); it finds the decision in the database"
-    return ""
 
 
 def denial_note(team: str, lead: str, decision: dict[str, Any]) -> tuple[str, str]:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 from uuid import UUID, uuid4
 
 from models.retry import GaveUp, retrying
@@ -84,10 +84,70 @@ def user_setting(*names: str) -> str | None:
 
 
 def api_url() -> str:
-    """The Prefect API address in force: `PREFECT_API_URL` (env or profile), else the default."""
-    from prefect.settings import get_current_settings
+    """The Prefect API address in force: `PREFECT_API_URL` (environment or the active
+    profile), else the default. Prefect itself also reads `prefect.toml` and `.env` in the
+    working directory; teamflow's commands do not, so set it in one of those two places."""
+    return (user_setting("PREFECT_API_URL") or DEFAULT_API_URL).rstrip("/")
 
-    return (get_current_settings().api.url or DEFAULT_API_URL).rstrip("/")
+
+def auth_headers() -> dict[str, str]:
+    """The `Authorization` header Prefect's client would send: Basic with
+    `PREFECT_API_AUTH_STRING` (else `PREFECT_SERVER_API_AUTH_STRING`, the same machine's
+    server), else Bearer with `PREFECT_API_KEY`; none without either."""
+    import base64
+
+    auth = user_setting("PREFECT_API_AUTH_STRING", "PREFECT_SERVER_API_AUTH_STRING")
+    if auth:
+        return {"Authorization": f"Basic {base64.b64encode(auth.encode()).decode()}"}
+    key = user_setting("PREFECT_API_KEY")
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
+class PrefectApi:
+    """Prefect's REST API over plain httpx, for the commands that start, resume or change
+    runs: importing Prefect's client costs a command about 1.3 s of CPU, and the two or
+    three calls it makes need none of it. `call` returns the decoded JSON answer (None for
+    an empty one) and raises `httpx.HTTPStatusError` for a 4xx or 5xx, which
+    `models.retry.retrying` tries again when it is transient."""
+
+    def __init__(self, api: str | None = None) -> None:
+        import httpx
+
+        self.api = (api or api_url()).rstrip("/")
+        insecure = (user_setting("PREFECT_API_TLS_INSECURE_SKIP_VERIFY") or "").lower()
+        verify: bool | str = user_setting("PREFECT_API_SSL_CERT_FILE") or True
+        self._http = httpx.Client(
+            base_url=f"{self.api}/",
+            headers=auth_headers(),
+            timeout=float(user_setting("PREFECT_API_REQUEST_TIMEOUT") or 60),
+            verify=False if insecure in ("1", "true", "yes") else verify,
+        )
+
+    def __enter__(self) -> PrefectApi:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http.close()
+
+    def call(self, method: str, path: str, json: Any = None) -> Any:
+        response = self._http.request(method, path.lstrip("/"), json=json)
+        if response.status_code == 403 and "CSRF token" in response.text and self._csrf():
+            # A server with CSRF protection (`teamflow up` turns it on): with a token, once.
+            response = self._http.request(method, path.lstrip("/"), json=json)
+        response.raise_for_status()
+        return response.json() if response.content else None
+
+    def _csrf(self) -> bool:
+        """Takes a CSRF token for this client's changes, as Prefect's client does; False
+        when the server gives none (CSRF protection off, or an older server)."""
+        client = str(uuid4())
+        answer = self._http.get("csrf-token", params={"client": client})
+        if answer.status_code != 200:
+            return False
+        self._http.headers.update(
+            {"Prefect-Csrf-Token": answer.json()["token"], "Prefect-Csrf-Client": client}
+        )
+        return True
 
 
 def ui_url(api: str) -> str:
@@ -117,7 +177,9 @@ def team_runs_url(team: str, ui: str | None = None) -> str:
 
 @contextmanager
 def connected(api: str | None = None) -> Iterator[str]:
-    """Prefect settings pointing at `api` (default: `api_url()`), so no ephemeral server starts.
+    """Prefect settings pointing at `api` (default: `api_url()`), so no ephemeral server starts,
+    and `PREFECT_API_URL` in the environment too for the block, so the commands' own calls
+    (`start`, `resume`, which read it there) go to the same server.
 
     Yields the API address. The auth string for the server is taken from
     `PREFECT_API_AUTH_STRING`, or else from `PREFECT_SERVER_API_AUTH_STRING` (the same
@@ -130,13 +192,19 @@ def connected(api: str | None = None) -> Iterator[str]:
     os.environ.setdefault("DO_NOT_TRACK", "1")
     api = (api or api_url()).rstrip("/")
     updates: dict[Any, Any] = {PREFECT_API_URL: api}
-    auth = os.environ.get("PREFECT_API_AUTH_STRING") or os.environ.get(
-        "PREFECT_SERVER_API_AUTH_STRING"
-    )
+    auth = user_setting("PREFECT_API_AUTH_STRING", "PREFECT_SERVER_API_AUTH_STRING")
     if auth:
         updates[PREFECT_API_AUTH_STRING] = auth
-    with temporary_settings(updates=updates):
-        yield api
+    before = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = api
+    try:
+        with temporary_settings(updates=updates):
+            yield api
+    finally:
+        if before is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = before
 
 
 def probe(api: str, timeout: float = 3.0) -> str:
@@ -221,77 +289,121 @@ def start(
     Raises:
         RunnerError: one line saying what is missing and how to get it.
     """
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.objects import WorkPoolStatus
-    from prefect.exceptions import ObjectNotFound, PrefectHTTPStatusError
-    from prefect.states import Scheduled
+    import httpx
 
     if deployment.count("/") != 1:
         raise NoDeployment(
             f"deployment name {deployment!r} must be 'flow-name/deployment-name', "
             "e.g. 'system-alert/system-alert'"
         )
-    with connected() as api:
-        check_server(api)
-        # A key of its own, so a start tried again (its answer lost) makes no second run.
-        key = idempotency_key or f"teamflow-start-{uuid4()}"
+    api = api_url()
+    check_server(api)
+    # A key of its own, so a start tried again (its answer lost) makes no second run.
+    key = idempotency_key or f"teamflow-start-{uuid4()}"
 
-        def attempt() -> Any:
-            with get_client(sync_client=True) as client:
-                try:
-                    found = client.read_deployment_by_name(deployment)
-                except ObjectNotFound:
-                    known = sorted(
-                        f"{_flow_name(client, d.flow_id)}/{d.name}"
-                        for d in client.read_deployments(limit=50)
+    def attempt() -> dict[str, Any]:
+        with PrefectApi(api) as prefect:
+            found = find_deployment(prefect, deployment)
+            pool_name = found.get("work_pool_name")
+            if require_worker and pool_name:
+                pool = prefect.call("GET", f"/work_pools/{quote(pool_name, safe='')}")
+                if pool.get("status") == "PAUSED":
+                    raise NoWorker(
+                        f"work pool {pool_name!r} is paused; resume it with "
+                        f"`prefect work-pool resume {pool_name}`"
                     )
-                    raise NoDeployment(
-                        f"no deployment named {deployment!r} on the Prefect server at {api} "
-                        f"(it has: {', '.join(known) or 'none'}); `teamflow up` registers "
-                        "teamflow's deployments"
-                    ) from None
-                if require_worker and found.work_pool_name:
-                    pool = client.read_work_pool(found.work_pool_name)
-                    if pool.status == WorkPoolStatus.PAUSED:
-                        raise NoWorker(
-                            f"work pool {pool.name!r} is paused; resume it with "
-                            f"`prefect work-pool resume {pool.name}`"
-                        )
-                    if pool.status != WorkPoolStatus.READY:
-                        raise NoWorker(
-                            f"no worker is pulling from work pool {pool.name!r} at {api}; "
-                            f"{START_HINT} (or `teamflow worker` on any machine)"
-                        )
-                # Given tags add to the deployment's (`teamflow`), as Prefect's UI does.
-                return client.create_flow_run_from_deployment(
-                    found.id,
-                    parameters=parameters or {},
-                    state=Scheduled(scheduled_time=scheduled_time or datetime.now(UTC)),
-                    name=flow_run_name,
-                    tags=sorted(set(found.tags) | set(tags)) if tags else None,
-                    idempotency_key=key,
-                )
+                if pool.get("status") != "READY":
+                    raise NoWorker(
+                        f"no worker is pulling from work pool {pool_name!r} at {api}; "
+                        f"{START_HINT} (or `teamflow worker` on any machine)"
+                    )
+            when = scheduled_time or datetime.now(UTC)
+            body: dict[str, Any] = {
+                "parameters": parameters or {},
+                "state": {"type": "SCHEDULED", "name": "Scheduled",
+                          "state_details": {"scheduled_time": when.isoformat()}},
+                "idempotency_key": key,
+            }  # fmt: skip
+            if flow_run_name:
+                body["name"] = flow_run_name
+            if tags:  # given tags add to the deployment's (`teamflow`), as Prefect's UI does
+                body["tags"] = sorted(set(found.get("tags") or []) | set(tags))
+            return prefect.call("POST", f"/deployments/{found['id']}/create_flow_run", body)
 
-        try:
-            run = retrying(f"starting a run of {deployment}", attempt)
-        except GaveUp as exc:
-            raise RunnerError(str(exc)) from None
-        except PrefectHTTPStatusError as exc:
-            raise RunnerError(_http_reason(exc, api)) from None
+    try:
+        run = retrying(f"starting a run of {deployment}", attempt)
+    except GaveUp as exc:
+        raise RunnerError(str(exc)) from None
+    except httpx.HTTPStatusError as exc:
+        raise RunnerError(_http_reason(exc, api)) from None
     return StartedRun(
-        id=run.id,
-        name=run.name,
+        id=UUID(run["id"]),
+        name=run["name"],
         deployment=deployment,
-        url=run_url(run.id, ui_url(api)),
-        created=run.created,
+        url=run_url(run["id"], ui_url(api)),
+        created=datetime.fromisoformat(run["created"]) if run.get("created") else None,
     )
 
 
-def _flow_name(client: Any, flow_id: UUID) -> str:
+def find_deployment(prefect: PrefectApi, deployment: str) -> dict[str, Any]:
+    """The deployment `flow-name/deployment-name` as the API gives it; `NoDeployment` naming
+    the ones the server has when it does not exist."""
+    import httpx
+
+    flow, name = (quote(part, safe="") for part in deployment.split("/", 1))
     try:
-        return client.read_flow(flow_id).name
-    except Exception:
-        return str(flow_id)
+        found: dict[str, Any] = prefect.call("GET", f"/deployments/name/{flow}/{name}")
+        return found
+    except httpx.HTTPStatusError as exc:
+        if exc.response.status_code != 404:
+            raise
+    known = []
+    for each in prefect.call("POST", "/deployments/filter", {"limit": 50}):
+        try:
+            flow_name = prefect.call("GET", f"/flows/{each['flow_id']}")["name"]
+        except httpx.HTTPError:
+            flow_name = each["flow_id"]
+        known.append(f"{flow_name}/{each['name']}")
+    raise NoDeployment(
+        f"no deployment named {deployment!r} on the Prefect server at {prefect.api} "
+        f"(it has: {', '.join(sorted(known)) or 'none'}); `teamflow up` registers "
+        "teamflow's deployments"
+    )
+
+
+_OVER = ("RUNNING", "COMPLETED", "FAILED", "CANCELLED", "CRASHED")
+
+
+def resume(
+    run_id: str, run_input: dict[str, Any], *, api: str | None = None, only_if_paused: bool = False
+) -> str:
+    """Resumes a paused run with `run_input` (what the UI's form submits). Returns "" when
+    it was resumed or needs no resume (running or over: it saw the decision in teamflow's
+    database first; with `only_if_paused`, in any state but paused), else one line saying
+    why not. `api` is the server's (default: `api_url()`). A decision is recorded before it is
+    sent and a waiting run finds it in the database by itself within seconds, so a resume
+    that fails is a note, never an error."""
+    not_resumed = f"run {run_id} not resumed ({{}}); it finds the decision in the database"
+    api = api or api_url()
+    try:
+        check_server(api)
+        with PrefectApi(api) as prefect:
+            state = prefect.call("GET", f"/flow_runs/{UUID(run_id)}").get("state") or {}
+            kind = state.get("type")
+            if kind == "PAUSED":
+                answer = prefect.call(
+                    "POST", f"/flow_runs/{run_id}/resume", {"run_input": run_input}
+                )
+                if answer.get("status") in ("ACCEPT", "WAIT"):
+                    return ""
+                details = answer.get("details") or {}
+                return not_resumed.format(details.get("reason") or answer.get("status"))
+    except Exception as exc:
+        return not_resumed.format(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if kind in _OVER or only_if_paused:
+        return ""
+    kind = (kind or "without a state").lower()
+    return f"run {run_id} is {kind}; it finds the decision in the database"
 
 
 def _http_reason(exc: Any, api: str) -> str:

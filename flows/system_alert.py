@@ -31,6 +31,7 @@ import sqlalchemy as sa
 from prefect import flow, get_client, get_run_logger, task
 from prefect.runtime import flow_run
 
+from flows.alerts import run_tags
 from models import alert as store
 from models import schedule
 from models.alert import record_firing
@@ -40,14 +41,6 @@ from models.inbox import send
 from models.inbox_message import MessageType
 from models.notification import AlertType, SystemAlertPayload
 from models.team import list_members
-
-DEPLOYMENT = "system-alert/system-alert"
-"""The deployment that runs this flow (`prefect.yaml`), as `flow/deployment`."""
-
-
-def run_tags(team: str, alert_type: AlertType | str) -> list[str]:
-    """The tags a run carries in the Prefect UI: the team and the kind of alert."""
-    return [f"team:{team}", AlertType(alert_type).value]
 
 
 def _deliver(

@@ -16,7 +16,6 @@ every call of its step is decided, then returns the decisions to the step
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -30,7 +29,6 @@ from flows.waits import wait_for_decision
 from models import team as teams
 from models import tool_approval as store
 from models.base import format_timestamp, utcnow
-from models.identity import Action, Principal, authorize
 from models.team_settings import ApprovalError
 
 FLOW_NAME = "tool-approval"
@@ -56,13 +54,6 @@ class ToolDecisions(RunInput):
 
     decisions: list[CallDecision] = Field(title="Decisions", description="One per call.")
     approver: str = Field(min_length=1, title="Approver", description="The lead or an approver.")
-
-
-def decision_input(call_id: str, decision: str, params: Any, feedback: str | None, by: str):
-    """The `run_input` of a resume carrying one call's decision (what the form submits)."""
-    text = json.dumps(params) if params is not None else ""
-    one = {"call_id": call_id, "decision": decision, "params": text, "feedback": feedback or ""}
-    return {"decisions": [one], "approver": by}
 
 
 def decision_form(calls: list[store.ToolApproval], lead: str) -> type[ToolDecisions]:
@@ -237,63 +228,3 @@ async def tool_approval(
 
 
 # --- deciding from outside the run (the CLI) ------------------------------------------------
-
-
-@dataclass
-class CallDecided:
-    call: store.ToolApproval
-    decider: str
-    note: str
-
-
-def decide_action(
-    call_id: str,
-    decision: str,
-    *,
-    who: Principal,
-    params: Any = None,
-    feedback: str | None = None,
-    decider: str | None = None,
-) -> CallDecided:
-    """Records the decision on one call (once; from the lead or an approver, never the
-    member itself), then resumes the run that waits for it. `decider` defaults to the lead
-    for the local user and a lead user, and to the caller itself for a member or an
-    approver user (`models.identity.RULES`, as for plans)."""
-    from models.identity import PrincipalKind
-
-    call = store.get_call(call_id)
-    if not decider:
-        speaks_for_lead = who.is_local or who.kind is PrincipalKind.LEAD
-        decider = teams.settings_of(call.team).lead if speaks_for_lead else who.name
-    assert decider is not None
-    authorize(who, Action.TOOL_DECIDE, call.team, decider)
-    row = store.decide_call(
-        call_id, decision, decider=decider, params=params, feedback=feedback, door=who.door.value
-    )
-    note = ""
-    if row.flow_run_id:
-        note = _resume(
-            row.flow_run_id, decision_input(call_id, decision, params, feedback, decider)
-        )
-    return CallDecided(row, decider, note)
-
-
-def _resume(run_id: str, run_input: dict[str, Any]) -> str:
-    from uuid import UUID
-
-    from prefect.exceptions import NotPausedError
-    from prefect.flow_runs import resume_flow_run
-
-    from flows import runner
-
-    try:
-        with runner.connected() as api:
-            runner.check_server(api)
-            try:
-                resume_flow_run(UUID(run_id), run_input=run_input)
-            except NotPausedError:
-                return ""  # the run is between waits: it finds the decision in the database
-    except Exception as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        return f"run {run_id} not resumed ({reason}); it finds the decision in the database"
-    return ""

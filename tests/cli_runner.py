@@ -11,11 +11,12 @@ command as `python -m flows.cli` would, and gives what `subprocess.run` gives (a
 - afterwards the environment, argv, cwd and streams are the test's again, and the engines
   the command opened are closed, as a process that ends closes them.
 
-Commands that talk to Prefect (they start or resume runs, or read the API) and `db` (Alembic
-sets up logging) still run as real subprocesses: in process they would use the Prefect
-settings this process read when it imported Prefect, not the call's environment. So does
-everything when `TEAMFLOW_TEST_CLI_SUBPROCESS=1`, to compare. A few tests (`test_cli.py`,
-`--help`, start-up time, `sys.modules`) always run the real `teamflow` process.
+The commands that start or resume runs talk to Prefect's REST API with plain httpx
+(`flows.runner.PrefectApi`), reading the Prefect settings of the call's environment, so they
+run in process too. Commands that run Prefect itself (`up`, `worker`, `demo`) and `db`
+(Alembic sets up logging) still run as real subprocesses. So does everything when
+`TEAMFLOW_TEST_CLI_SUBPROCESS=1`, to compare. A few tests (`test_cli.py`, `--help`, start-up
+time, `sys.modules`) always run the real `teamflow` process.
 """
 
 from __future__ import annotations
@@ -33,13 +34,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Command lines (their leading words) that need Prefect or set up logging: run as subprocesses.
+# Command lines (their leading words) that run Prefect or set up logging: run as subprocesses.
 SUBPROCESS_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("up",), ("worker",), ("demo",), ("db",),
-    ("plan", "request"), ("plan", "list"), ("plan", "approve"), ("plan", "deny"),
-    ("member", "shutdown"), ("task", "run"), ("task", "resume"),
-    ("alert", "timer"), ("alert", "schedule"), ("alert", "pause"), ("alert", "resume"),
-    ("alert", "cancel"),
 )  # fmt: skip
 
 

@@ -279,13 +279,31 @@ def harness_server(tmp: Path) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
+def talk_to(api: str) -> Iterator[str]:
+    """Makes `api` the Prefect API of this process for the block: of Prefect's client (its
+    settings) and of teamflow's commands (`PREFECT_API_URL` in the environment, which
+    `flows.runner` reads without importing Prefect)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    before = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = api
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            yield api
+    finally:
+        if before is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = before
+
+
+@contextlib.contextmanager
 def api_for_the_block(api: str) -> Iterator[str]:
     """Makes `api` this process's Prefect API for the block (see `harness`)."""
     from prefect.context import _temporary_global_settings_context, get_settings_context
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with (
-        temporary_settings(updates={PREFECT_API_URL: api}),
+        talk_to(api),
         # Also for threads started in the block (they do not copy this context), as
         # Prefect's own test harness does.
         _temporary_global_settings_context(get_settings_context()),

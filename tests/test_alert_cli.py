@@ -27,12 +27,11 @@ import pytest
 from cli_runner import teamflow as run_teamflow
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
-from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect_server import ROOT, Server, assert_clean_log, prefect_server, wait_until
+from prefect_server import ROOT, Server, assert_clean_log, prefect_server, talk_to, wait_until
 from teamflow_workers import postgres_databases, register_deployments, teamflow_workers
 from test_prefect_services import SERVICES
 
-from flows.system_alert import DEPLOYMENT
+from flows.alerts import DEPLOYMENT
 from models import db, inbox, inbox_table, membership
 
 pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
@@ -74,7 +73,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
                 env.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)
                 with (
                     teamflow_workers(server, tmp, 1, env=shared),
-                    temporary_settings(updates={PREFECT_API_URL: server.api}),
+                    talk_to(server.api),
                 ):
                     yield Env(server, env, tmp)
                 assert_clean_log(server.log)

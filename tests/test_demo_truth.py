@@ -57,7 +57,7 @@ DENIAL = "Add a comparison with Q3 before anything else."
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefect_api: str) -> Path:
     monkeypatch.setenv("TEAMFLOW_HOME", str(tmp_path))
     monkeypatch.setenv("TEAMFLOW_DATABASE_URL", f"sqlite:///{tmp_path / 'teamflow.db'}")
-    monkeypatch.setenv("PREFECT_API_URL", "")  # the harness's server, never another one
+    monkeypatch.setenv("PREFECT_API_URL", prefect_api)  # the harness's server, no other
     return tmp_path
 
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect_server import prefect_server, wait_until
+from prefect_server import prefect_server, talk_to, wait_until
 from teamflow_workers import register_deployments, teamflow_workers
 
 from flows import runner
@@ -71,7 +70,7 @@ def test_blocked_tasks_start_by_themselves_or_fail_with_the_reason(
             register_deployments(server, tmp_path / "deploy.log")
             with (
                 teamflow_workers(server, tmp_path, 2, env=shared),
-                temporary_settings(updates={PREFECT_API_URL: server.api}),
+                talk_to(server.api),
             ):
                 for started in (a, f):
                     runner.start("team-task/team-task", {"task_id": started, "team": TEAM},

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from factories import research_team
 from prefect.client.orchestration import get_client
-from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_server import (
     kill_pids,
     pid_alive,
     start,
     started_pids,
     stop,
+    talk_to,
     wait_for_up,
     wait_until,
 )
@@ -42,7 +42,7 @@ def superseded_said(api: str, run_id: str) -> bool:
     """Whether the run logged that its lease was taken (it stopped before acting)."""
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
-    with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as c:
+    with talk_to(api), get_client(sync_client=True) as c:
         logs = c.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
     return any("was taken by a resumed run" in log.message for log in logs)
 

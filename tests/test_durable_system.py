@@ -23,7 +23,6 @@ from uuid import UUID
 import pytest
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
-from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_server import (
     base_env,
     free_port,
@@ -33,6 +32,7 @@ from prefect_server import (
     started_by_name,
     started_pids,
     stop,
+    talk_to,
     teamflow,
     wait_for_up,
     wait_until,
@@ -155,7 +155,7 @@ def asked(marks: Path) -> Counter[int]:
 
 
 def flow_run(api: str, run_id: str) -> Any:
-    with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as c:
+    with talk_to(api), get_client(sync_client=True) as c:
         return c.read_flow_run(UUID(run_id))
 
 

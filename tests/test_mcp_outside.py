@@ -12,7 +12,7 @@ from uuid import UUID
 
 import anyio
 import pytest
-from prefect_server import wait_until
+from prefect_server import talk_to, wait_until
 from teamflow_workers import teamflow_workers
 from test_mcp import TEAM, call, cli, stdio, tmux_socket  # noqa: F401 (a fixture)
 from test_mcp_runs import prefect_env  # noqa: F401 (a fixture)
@@ -30,10 +30,9 @@ async def _as(token: str | None, tool: str, **arguments):
 def _run_state(api: str, run_id: str) -> tuple[str, str, str | None]:
     """(state type, state name, message) of a flow run on the server at `api`."""
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with (
-        temporary_settings(updates={PREFECT_API_URL: api}),
+        talk_to(api),
         get_client(sync_client=True) as client,
     ):
         state = client.read_flow_run(UUID(run_id)).state

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from prefect_server import wait_until
+from prefect_server import talk_to, wait_until
 from teamflow_workers import teamflow_workers
 from test_mcp import AGENT, TEAM, call, stdio, tmux_socket  # noqa: F401 (a fixture)
 
@@ -118,11 +118,10 @@ def test_an_outside_member_gets_its_plan_approved_and_shuts_down(
         "go ahead",
     )
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     # This process may have imported Prefect before (another test): point it here explicitly.
     with (
-        temporary_settings(updates={PREFECT_API_URL: prefect_env.api}),
+        talk_to(prefect_env.api),
         get_client(sync_client=True) as client,
     ):
         runs = wait_until(
@@ -154,10 +153,9 @@ def _runs(api: str, count: int, began: datetime) -> list:
     """The Prefect runs made on the server at `api` since `began`, once `count` of them are
     there and all ended."""
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with (
-        temporary_settings(updates={PREFECT_API_URL: api}),
+        talk_to(api),
         get_client(sync_client=True) as client,
     ):
         try:

@@ -22,7 +22,6 @@ from uuid import UUID
 import pytest
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
-from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_server import (
     ROOT,
     Server,
@@ -36,6 +35,7 @@ from prefect_server import (
     started_by_name,
     started_pids,
     stop,
+    talk_to,
     teamflow,
     wait_for_up,
     wait_until,
@@ -65,7 +65,7 @@ def agent_pids(marks: Path) -> list[int]:
 
 
 def flow_run_state(api: str, run_id: str) -> Any:
-    with temporary_settings(updates={PREFECT_API_URL: api}), get_client(sync_client=True) as c:
+    with talk_to(api), get_client(sync_client=True) as c:
         return c.read_flow_run(UUID(run_id)).state
 
 
@@ -299,7 +299,7 @@ def worker_log(tmp_path: Path) -> str:
 
 def pool_ready(api: str) -> bool:
     """Whether the server counts a worker as pulling from the `teamflow` pool."""
-    with temporary_settings({PREFECT_API_URL: api}), get_client(sync_client=True) as client:
+    with talk_to(api), get_client(sync_client=True) as client:
         return client.read_work_pool("teamflow").status.value == "READY"
 
 

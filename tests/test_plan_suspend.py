@@ -22,7 +22,6 @@ import pytest
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_server import (
     ROOT,
     Server,
@@ -32,6 +31,7 @@ from prefect_server import (
     start,
     started_pids,
     stop,
+    talk_to,
     teamflow,
     wait_for_up,
     wait_until,
@@ -74,7 +74,7 @@ def team(served: tuple[Server, dict[str, str]], monkeypatch: pytest.MonkeyPatch)
     db.dispose_engines()
     if not any(t.name == TEAM for t in list_teams()):
         research_team()
-    with temporary_settings(updates={PREFECT_API_URL: server.api}):
+    with talk_to(server.api):
         yield server, env
     db.dispose_engines()
 

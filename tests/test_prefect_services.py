@@ -34,12 +34,11 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import StateType
 from prefect.client.schemas.schedules import IntervalSchedule
-from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect_server import assert_clean_log, prefect_server, wait_until
+from prefect_server import assert_clean_log, prefect_server, talk_to, wait_until
 from teamflow_workers import postgres_databases, register_deployments, teamflow_workers
 
+from flows.alerts import DEPLOYMENT
 from flows.pool_setup import ensure_crash_automation
-from flows.system_alert import DEPLOYMENT
 from flows.up_processes import HEARTBEAT_SECONDS
 from models import db, inbox
 
@@ -79,7 +78,7 @@ def scheduled_run_completes(tmp_path: Path, teamflow_url: str, prefect_url: str 
         register_deployments(server, tmp_path / "deploy.log")
         with (
             teamflow_workers(server, tmp_path, 1, env=shared),
-            temporary_settings(updates={PREFECT_API_URL: server.api}),
+            talk_to(server.api),
             get_client(sync_client=True) as client,
         ):
             ensure_crash_automation(within_seconds=CRASH_AFTER_S)

@@ -20,7 +20,6 @@ from pathlib import Path
 import httpx
 import pytest
 from factories import TEAM, research_team
-from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect_server import (
     ROOT,
     Server,
@@ -30,11 +29,12 @@ from prefect_server import (
     prefect_server,
     start,
     stop,
+    talk_to,
     wait_until,
 )
 
 from flows import runner, up
-from flows.system_alert import DEPLOYMENT
+from flows.alerts import DEPLOYMENT
 from models import db, inbox
 
 pytestmark = pytest.mark.system  # end to end: `make test-fast` leaves it out
@@ -73,7 +73,7 @@ def api(srv: Server, method: str, path: str, **kwargs) -> httpx.Response:
 @pytest.fixture
 def on_server(server: Server) -> Iterator[Server]:
     """The test process talks to the module's server (as the CLI would)."""
-    with temporary_settings(updates={PREFECT_API_URL: server.api}):
+    with talk_to(server.api):
         yield server
 
 
@@ -168,7 +168,7 @@ def test_a_setting_chosen_in_the_prefect_profile_counts_as_chosen(
 def test_no_server_is_one_line_saying_how_to_start_one() -> None:
     nowhere = f"http://127.0.0.1:{free_port()}/api"
     with (
-        temporary_settings(updates={PREFECT_API_URL: nowhere}),
+        talk_to(nowhere),
         pytest.raises(runner.NoServer) as refused,
     ):
         runner.start(DEPLOYMENT, {"team": TEAM})

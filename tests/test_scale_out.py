@@ -28,8 +28,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect_server import assert_clean_log, kill_group, teamflow, wait_until
+from prefect_server import assert_clean_log, kill_group, talk_to, teamflow, wait_until
 from teamflow_workers import Worker, register_deployments, teamflow_workers
 
 from models import db, membership, mirror
@@ -107,7 +106,7 @@ def distributed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Distribute
             membership.add_member(TEAM, name, model="haiku", prompt="p", plan_mode_required=True,
                                   runtime={"kind": "scripted", "playbook": PLANNED})  # fmt: skip
         register_deployments(c.server, tmp / "deploy.log")
-        with temporary_settings(updates={PREFECT_API_URL: c.server.api}):
+        with talk_to(c.server.api):
             ensure_crash_automation(within_seconds=CRASH_AFTER_S)
             schedule_watchdog(every=2)
         hosts = [
@@ -119,7 +118,7 @@ def distributed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Distribute
         homes = [Path(h["TEAMFLOW_HOME"]) for h in hosts]
         with (
             teamflow_workers(c.server, tmp / "host-2", 1, env=hosts[1]) as two,
-            temporary_settings(updates={PREFECT_API_URL: c.server.api}),
+            talk_to(c.server.api),
         ):
             # The held task first, on host 2 alone: the machine killed later is then never
             # the mirror host, whose files the test reads at the end.
@@ -257,7 +256,12 @@ def test_tasks_timers_and_decisions_survive_a_replica_and_a_worker_machine_kille
         runs = wait_until(lambda: settled(client), 300, "the watchdog's runs to end", 1)
         first = client.read_flow_run(UUID(str(first_run[0])))
         last = client.read_flow_run(UUID(get_task(held).run_id))
-    assert [get_task(t).status for t in every] == ["completed"] * len(every)
+    not_completed = [
+        f"{row.title}: {row.status} ({row.reason})"
+        for row in map(get_task, every)
+        if row.status != "completed"
+    ]
+    assert not not_completed, not_completed
     team_runs = [r for r in runs if "task_id" in (r.parameters or {})]
     # Each task was closed by one run, the one it names: Completed, or Crashed after its
     # close committed, when its machine was killed right then. No other run of it completed.

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect_server import prefect_server, wait_until
+from prefect_server import prefect_server, talk_to, wait_until
 from sqlmodel import select
 from teamflow_workers import ended_runs, postgres_databases, register_deployments, teamflow_workers
 
@@ -103,7 +102,7 @@ def test_twenty_team_tasks_on_two_workers_each_complete_exactly_once(
             register_deployments(server, tmp_path / "deploy.log")
             with (
                 teamflow_workers(server, tmp_path, 2, env=shared) as workers,
-                temporary_settings(updates={PREFECT_API_URL: server.api}),
+                talk_to(server.api),
             ):
                 # Every task's run is started twice, one right after the other, as
                 # `teamflow task run` starts it (the second as a retry would: another key).

@@ -316,7 +316,7 @@ def test_no_decision_in_time_applies_the_policy(team: str, policy: str) -> None:
 
 
 def test_two_deciders_at_once_one_wins(team: str) -> None:
-    from flows.tool_approval import decide_action
+    from flows.decisions import decide_action
     from models.identity import Principal
     from models.team_settings import ApprovalError
 

@@ -20,8 +20,7 @@ from uuid import UUID
 
 import pytest
 from cli_runner import teamflow
-from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect_server import wait_until
+from prefect_server import talk_to, wait_until
 from teamflow_workers import teamflow_workers
 
 from models import membership, tool_approval
@@ -50,7 +49,7 @@ def served(
     for key in ("PREFECT_API_URL", "PREFECT_HOME"):
         monkeypatch.setenv(key, server.env[key])
     # This process's Prefect settings too (another module's server may have been its API).
-    with temporary_settings(updates={PREFECT_API_URL: server.api}):
+    with talk_to(server.api):
         yield server, shared
 
 

@@ -29,7 +29,7 @@ from uuid import UUID
 
 import pytest
 from factories import TEAM, research_team
-from prefect_server import ROOT, Server, prefect_server, wait_until
+from prefect_server import ROOT, Server, prefect_server, talk_to, wait_until
 from teamflow_workers import register_deployments, teamflow_workers
 
 from models import approval, db, inbox
@@ -164,10 +164,9 @@ def ask(served: Served, summary: str) -> dict[str, Any]:
 
 def run_state(served: Served, run_id: str) -> Any:
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with (
-        temporary_settings(updates={PREFECT_API_URL: served.server.api}),
+        talk_to(served.server.api),
         get_client(sync_client=True) as client,
     ):
         return client.read_flow_run(UUID(run_id)).state

@@ -35,6 +35,7 @@ from prefect_server import (
     start,
     started_pids,
     stop,
+    talk_to,
     teamflow,
     wait_for_up,
     wait_until,
@@ -43,7 +44,7 @@ from teamflow_workers import postgres_databases
 
 from flows import runner, up_processes
 from flows import up as bring_up
-from flows.system_alert import DEPLOYMENT
+from flows.alerts import DEPLOYMENT
 from models import db, inbox, membership
 from models.task import get_task
 
@@ -152,7 +153,7 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         # Runs that the CLI starts run on the worker and deliver their alerts.
         db.upgrade()
         research_team()
-        with temporary_settings(updates={PREFECT_API_URL: api}):
+        with talk_to(api):
             for n in range(5):
                 started = runner.start(DEPLOYMENT, alert(n))
                 with runner.connected(), get_client(sync_client=True) as client:
@@ -165,7 +166,7 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         # The watchdog is scheduled: every 30 s unless TEAMFLOW_WATCHDOG_EVERY says otherwise.
         assert "scheduled the watchdog every 30 s" in output
         with (
-            temporary_settings(updates={PREFECT_API_URL: api}),
+            talk_to(api),
             runner.connected(),
             get_client(sync_client=True) as client,
         ):
@@ -313,7 +314,7 @@ def test_up_on_postgresql_runs_the_alert_deployment_to_completion(
             pids = started_pids(output)
             assert f"database {db.redact(prefect_url)}" in output
             research_team()
-            with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
+            with talk_to(env["PREFECT_API_URL"]):
                 started = runner.start(DEPLOYMENT, alert(1))
                 with get_client(sync_client=True) as client:
                     run = wait_until(

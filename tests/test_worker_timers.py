@@ -13,13 +13,11 @@ from pathlib import Path
 import pytest
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
-from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.states import Scheduled
-from prefect_server import Server, prefect_server, restart, stop, wait_until
+from prefect_server import Server, prefect_server, restart, stop, talk_to, wait_until
 from teamflow_workers import ended_runs, register_deployments, teamflow_workers
 
-from flows.alerts import create_timer
-from flows.system_alert import DEPLOYMENT
+from flows.alerts import DEPLOYMENT, create_timer
 from models import inbox, inbox_table
 from models.alert import last_firing
 
@@ -36,7 +34,7 @@ def test_timers_fire_at_their_time_not_before_and_reach_the_inboxes(
     server = deployed_prefect  # the runs are told apart by id
     with (
         teamflow_workers(server, tmp_path, 1, env=shared),
-        temporary_settings(updates={PREFECT_API_URL: server.api}),
+        talk_to(server.api),
         get_client(sync_client=True) as client,
     ):
         deployment = client.read_deployment_by_name(DEPLOYMENT)
@@ -91,7 +89,7 @@ def test_a_timer_goes_off_while_the_prefect_server_is_away_and_its_run_follows(
         register_deployments(server, tmp_path / "deploy.log")
         with (
             teamflow_workers(server, tmp_path, 1, env=shared),
-            temporary_settings(updates={PREFECT_API_URL: server.api}),
+            talk_to(server.api),
         ):
             due = datetime.now(UTC) + timedelta(seconds=10)
             alert, run = create_timer(TEAM, "standup", "Standup now", due=due, member="analyst-1")

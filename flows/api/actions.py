@@ -2,7 +2,7 @@
 
 A call the member's tool policy names (`models.tool_policy`), or a member's request for a
 budget extension (tool `budget`), waits in a `tool-approval` run. A decision goes through
-`flows.tool_approval.decide_action`, as `teamflow action approve|edit|reject` and MCP's
+`flows.decisions.decide_action`, as `teamflow action approve|edit|reject` and MCP's
 `action_decide` do: the rule table says who may decide (a lead user as the team's lead, an
 approver user as itself when the team lists it, a member that is the lead or a listed
 approver, never the member whose call it is). A second decision is a 409 `Conflict` whose
@@ -76,7 +76,7 @@ def get_action(call_id: CallIdPath, who: Caller) -> JSONResponse:
 @router.post("/actions/{call_id}/decision", response_model=SUCCESS_SCHEMA, summary="Decide")
 def decide(call_id: CallIdPath, body: ActionDecisionIn, who: Caller) -> JSONResponse:
     """Approves, edits or rejects the call, once, and resumes the run that waits for it."""
-    from flows.tool_approval import decide_action
+    from flows.decisions import decide_action
 
     if body.decision == "reject" and not (body.feedback or "").strip():
         raise _FieldNeeded(

@@ -46,7 +46,7 @@ def _decide(call_id: str, decision: str, params: Any, feedback: str | None, deci
     """Decides as the person whose token is in `TEAMFLOW_TOKEN` or the token file (a user's
     or a member's), or without one as the local user (`--as` taken as declared), which a
     team with users refuses, as for plans."""
-    from flows.tool_approval import decide_action
+    from flows.decisions import decide_action
     from models.identity import Door, Forbidden, Principal
     from models.team_settings import ApprovalError
     from models.users import own_token, principal_of_bearer

@@ -53,7 +53,7 @@ def action_decide(
             new budget, {"budget_tokens": N} or {"budget_seconds": N}.
         feedback: Why (needed to reject).
     """
-    from flows.tool_approval import decide_action
+    from flows.decisions import decide_action
 
     with refusals(ctx) as who:
         if decision == "edit" and params is None:
