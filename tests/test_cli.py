@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,6 +50,46 @@ def test_data_commands_do_not_import_prefect(args: list[str]) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
     )
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout + result.stderr
+
+
+def test_help_shows_each_paragraph_unbroken() -> None:
+    """A docstring's paragraph is wrapped at 100 columns in the source; `--help` shows it
+    as one paragraph that the terminal wraps, not broken where a source line ended."""
+    result = teamflow("msg", "send", "--help", env={"COLUMNS": "300"})
+    assert result.returncode == 0, result.stderr
+    assert "...) carries its JSON as `--text`; it is checked against its format." in result.stdout
+
+
+def _commands(command: Any, path: list[str]) -> Iterator[tuple[list[str], Any]]:
+    sub = getattr(command, "commands", None)
+    if sub is None:
+        yield path, command
+    for name in list(sub or ()):
+        yield from _commands(sub[name], [*path, name])
+
+
+def test_every_commands_help_keeps_its_paragraphs_whole() -> None:
+    """Every command's `--help` (rendered in process, 300 columns wide) shows each paragraph
+    of its docstring on one line from its start: none is broken where its source line ended."""
+    import importlib
+
+    import typer
+    from typer.testing import CliRunner
+
+    root = importlib.import_module("flows.cli.app").app
+    checked = 0
+    for path, command in _commands(typer.main.get_command(root), []):
+        paragraphs = inspect.cleandoc(command.callback.__doc__ or "").split("\n\n")
+        result = CliRunner().invoke(root, [*path, "--help"], env={"COLUMNS": "300"})
+        assert result.exit_code == 0, (path, result.output)
+        lines = [line.strip() for line in result.output.splitlines()]
+        for paragraph in paragraphs[1:]:
+            if paragraph.startswith(("\b", "- ", "* ")) or "\n- " in paragraph:
+                continue
+            start = " ".join(paragraph.split())[:120].rsplit(" ", 1)[0]
+            assert any(line.startswith(start) for line in lines), (path, start, result.output)
+            checked += 1
+    assert checked > 20  # the commands with more than a one-line summary
 
 
 def test_help_imports_no_table() -> None:

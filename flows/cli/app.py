@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import inspect
 import os
 import sys
 import threading
@@ -60,10 +61,40 @@ def _build(name: str):
 
     if name in GROUPS:
         module, attribute = GROUPS[name]
-        return group_command(getattr(importlib.import_module(module), attribute), name, app)
-    module, attribute = COMMANDS[name]
-    function = getattr(importlib.import_module(module), attribute)
-    return function_command(function, None if name == attribute else name, app)
+        command = group_command(getattr(importlib.import_module(module), attribute), name, app)
+    else:
+        module, attribute = COMMANDS[name]
+        function = getattr(importlib.import_module(module), attribute)
+        command = function_command(function, None if name == attribute else name, app)
+    return _reflowed(command)
+
+
+def _reflowed(command):
+    """`command` (and, for a group, its commands) with its help's paragraphs each one line.
+
+    The help comes from docstrings wrapped at 100 columns. Typer (0.29.2, rich mode) joins
+    the lines of the first paragraph only and keeps the others' line breaks, so `--help`
+    showed a paragraph broken mid-sentence wherever its source line ended; the terminal
+    wraps a one-line paragraph itself. A line that starts a `- ` or `* ` item, or a
+    paragraph that starts with click's `\\b`, keeps its breaks."""
+    if command.help:
+        command.help = "\n\n".join(map(_one_line, inspect.cleandoc(command.help).split("\n\n")))
+    for sub in getattr(command, "commands", {}).values():
+        _reflowed(sub)
+    return command
+
+
+def _one_line(paragraph: str) -> str:
+    if paragraph.startswith("\b"):
+        return paragraph
+    lines = paragraph.split("\n")
+    out = [lines[0]]
+    for line in lines[1:]:
+        if line.lstrip().startswith(("- ", "* ")):
+            out.append(line)
+        else:
+            out[-1] = f"{out[-1].rstrip()} {line.strip()}"
+    return "\n".join(out)
 
 
 def _root() -> None:
