@@ -51,7 +51,13 @@ from flows.compat.prefect_worker import (
 )
 from flows.flow_threads import FlowThreads, run_flow_here
 from flows.timers import api_back, keep_time
-from flows.worker_life import keep_beating, keep_mirroring, running, set_worker_name
+from flows.worker_life import (
+    keep_beating,
+    keep_mirroring,
+    running,
+    set_taken_runs,
+    set_worker_name,
+)
 
 POOL = "teamflow"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -168,10 +174,12 @@ class TeamflowWorker(ProcessWorkerHooks, ProcessWorker):
         flow = teamflow_flow(await self._entrypoint(flow_run))
         if flow is None:
             return await super().run(flow_run, configuration, task_status)
-        if task_status is not None:
-            task_status.started(os.getpid())
         try:
-            with running(str(flow_run.id)):  # listed in this worker's own heartbeats
+            # Listed in this worker's own heartbeats before it stops counting as being
+            # started (`submitting_run_ids`): the watchdog sees it here all along.
+            with running(str(flow_run.id)):
+                if task_status is not None:
+                    task_status.started(os.getpid())
                 await self.flow_threads.run(run_flow_here, flow, flow_run)
         except Exception:
             self.get_flow_run_logger(flow_run).exception("teamflow worker: the run broke off")
@@ -382,6 +390,7 @@ async def serve(pool: str = POOL, *, name: str | None = None, limit: int = DEFAU
     print(f"teamflow worker: runs {here} in this process", flush=True)
     worker = TeamflowWorker(work_pool_name=pool, name=name, limit=limit)
     set_worker_name(worker.name)
+    set_taken_runs(worker.submitting_run_ids)
     stop_beating = threading.Event()
     keep_beating(stop_beating)  # in teamflow's database: the watchdog asks it (item 4)
     keep_mirroring(stop_beating)  # the mirror host's team files, current with other hosts'

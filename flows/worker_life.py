@@ -26,10 +26,12 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 
 _name: str | None = None
 _runs: set[str] = set()
+_taken: Callable[[], Collection[str]] = frozenset
+"""The runs this worker took from the pool and has not started yet (`set_taken_runs`)."""
 _forfeited: set[str] = set()  # here while the process stalled: never revived
 _lock = threading.Lock()
 
@@ -38,6 +40,15 @@ def set_worker_name(name: str | None) -> None:
     """This process is the teamflow worker `name`."""
     global _name
     _name = name
+
+
+def set_taken_runs(taken: Callable[[], Collection[str]]) -> None:
+    """`taken()` is what this worker took from the pool (it said Pending) and has not
+    started yet: its beats list those runs too, so the watchdog never hands back a run
+    that a live worker is still starting, however long that takes on a loaded machine.
+    Called from the beat's thread: it must be safe to call from any thread."""
+    global _taken
+    _taken = taken
 
 
 def worker_name() -> str | None:
@@ -63,6 +74,11 @@ def runs_here() -> list[str]:
     """The flow runs running in this process now."""
     with _lock:
         return sorted(_runs)
+
+
+def listed_runs() -> list[str]:
+    """What this worker's beat lists: the runs it runs and the runs it is starting."""
+    return sorted({*runs_here(), *_taken()})
 
 
 def revive() -> list[str]:
@@ -125,7 +141,7 @@ def keep_beating(stop: threading.Event) -> threading.Thread:
                     _forfeited.update(_runs)
             last = now
             try:
-                beat(_name or f"pid-{os.getpid()}", os.getpid(), host, runs_here())
+                beat(_name or f"pid-{os.getpid()}", os.getpid(), host, listed_runs())
                 failing = False
             except Exception as exc:  # no database yet (not migrated), or away for now
                 if not failing:

@@ -154,6 +154,22 @@ def settled(client: Any, but: Any = None) -> list[Any] | None:
     return None if waiting else runs
 
 
+def _cluster_state(c: Any, workers: list[Worker], runs: list[Any]) -> list[str]:
+    """What a stalled run of this test needs explained: the runs of the other flows that
+    have not ended, each worker process and its log's last lines, each replica's state."""
+    lines = [
+        f"run {r.name} of flow {r.flow_id}: {r.state.type.value} {r.state.name}"
+        for r in runs
+        if "task_id" not in (r.parameters or {}) and not r.state.is_final()
+    ]
+    for w in workers:
+        tail = w.log.read_text(errors="replace").splitlines()[-15:]
+        lines.append(f"{w.name}: exit code {w.process.poll()}; its log ends:")
+        lines += [f"  {line}" for line in tail]
+    lines += [f"replica {n}: exit code {p.poll()}" for n, p in enumerate(c.replicas, 1)]
+    return lines
+
+
 def _task(title: str, assignee: str, blocked_by: tuple[str, ...] = ()) -> str:
     with session_scope() as s:
         row = create_task(TEAM, title=title, assignees=[assignee], session=s)
@@ -231,7 +247,7 @@ def test_tasks_timers_and_decisions_survive_a_replica_and_a_worker_machine_kille
             ]  # fmt: skip
             lines.append(f"{row.title}: {row.status} reason={row.reason!r} worker={row.worker} "
                          f"resumes={row.resumes} runs={states}")  # fmt: skip
-        return "\n".join(lines)
+        return "\n".join([*lines, *_cluster_state(c, workers, runs)])
 
     # Bounds against a hang, not speed targets.
     wait_until(progress, 900, "every task but the held one to finish", 1, unfinished)

@@ -127,3 +127,47 @@ def test_a_run_of_a_worker_that_stalled_past_the_window_is_not_revived(
     finally:
         release.set()
     run.result(60)
+
+
+def test_a_run_the_worker_took_but_is_still_starting_is_not_handed_back(
+    beating: threading.Event,
+) -> None:
+    """On a loaded machine a worker may take seconds between taking a run (Pending) and
+    starting it. Its beats list the run all that time, so the watchdog does not hand the
+    run back to the pool for another worker to run a second time; once the worker lets it
+    go unstarted, and the window has passed, the watchdog hands it back."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.states import Pending
+
+    from flows.team_task import team_task
+    from flows.watchdog import hand_back_stranded
+    from models.worker_beat import live_runs
+
+    async def taken() -> str:
+        async with get_client() as client:
+            if not any(p.name == "teamflow" for p in await client.read_work_pools()):
+                await client.create_work_pool(WorkPoolCreate(name="teamflow", type="process"))
+            deployment = await client.create_deployment(
+                flow_id=await client.create_flow(team_task),
+                name="being-started",
+                work_pool_name="teamflow",
+            )
+            run = await client.create_flow_run_from_deployment(deployment, state=Pending())
+            return str(run.id)
+
+    run_id = asyncio.run(taken())
+    starting = {run_id}
+    worker_life.set_taken_runs(lambda: set(starting))
+    try:
+        wait_until(lambda: run_id in live_runs(), 30, "the beat to list the run it is starting")
+        assert run_id not in asyncio.run(hand_back_stranded(older_than=0))
+        assert state_of(run_id).type.value == "PENDING"
+        starting.clear()  # the worker gave the run up unstarted (its machine died, say)
+        wait_until(lambda: run_id not in live_runs(), 30, "a beat without the run")
+        assert run_id in asyncio.run(hand_back_stranded(older_than=0))
+        assert state_of(run_id).type.value == "SCHEDULED"
+    finally:
+        worker_life.set_taken_runs(frozenset)

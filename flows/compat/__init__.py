@@ -264,9 +264,12 @@ PATCHES: tuple[Patch, ...] = (
             "prefect.workers.base:BaseWorker.setup",
             "prefect.workers.base:BaseWorker._sync_and_initialize",
             "prefect.workers.base:BaseWorker._give_worker_labels_to_flow_run",
+            "prefect.workers.base:BaseWorker._submit_scheduled_flow_runs",
+            "prefect.workers.base:BaseWorker._submit_run",
             "prefect.workers.process:ProcessWorker",
         ),
-        "the worker exits after a minute of outage; runs wait for the labels' retries",
+        "the worker exits after a minute of outage; runs wait for the labels' retries; "
+        "the watchdog hands back runs a live worker is still starting",
     ),
     Patch(
         "typer_cli.lazy_group",

@@ -145,6 +145,10 @@ FINGERPRINTS: dict[str, tuple[str, str | None]] = {
         "67a8818b276872d9",
         "(self, flow_run: \"'FlowRun'\") -> 'None'",
     ),
+    "prefect.workers.base:BaseWorker._submit_scheduled_flow_runs": (
+        "7ae22e0888f9ec2b",
+        "(self, flow_run_response: \"list['WorkerFlowRunResponse']\") -> \"list['FlowRun']\"",
+    ),
     "prefect.workers.base:BaseWorker._sync_and_initialize": (
         "85e736f8f8657ca5",
         "(self) -> 'None'",

@@ -165,13 +165,15 @@ class ProcessWorkerHooks:
     types does not take it for one): the private parts of the process worker that teamflow's
     worker changes, behind public names. `sync_with_server` wraps the heartbeat and sync,
     `beat_now` beats at once, the worker's labels are given to a run once and beside it,
-    and the pool, queues, limit and logger are readable.
+    and the pool, queues, limit, logger and the runs being started are readable.
 
     Written against Prefect 3.8.8 (`BaseWorker._sync_and_initialize`,
     `_give_worker_labels_to_flow_run`, `_runs_task_group`, `_work_pool_name`,
-    `_work_queues`, `_work_pool`, `_limit`, `_logger`). Without it, the worker exits after
-    about a minute of failed syncs (the runs waiting in it die with it), and a run waits
-    for the labels' retries (2 s, 4 s, 8 s) whenever a stock server on SQLite answers 503.
+    `_work_queues`, `_work_pool`, `_limit`, `_logger`, `_submitting_flow_run_ids`). Without
+    it, the worker exits after about a minute of failed syncs (the runs waiting in it die
+    with it); a run waits for the labels' retries (2 s, 4 s, 8 s) whenever a stock server on
+    SQLite answers 503; and a run the worker took but has not started yet (slow on a loaded
+    machine) is not in its beats, so the watchdog hands it back to the pool meanwhile.
     Upstream: the exit is PrefectHQ/prefect#16977 and #9052 (workers stop on server errors
     and network problems); the labels' retries are not reported.
     """
@@ -183,7 +185,13 @@ class ProcessWorkerHooks:
     _limit: int | None
     _logger: Any
     _runs_task_group: Any
+    _submitting_flow_run_ids: set[Any]
     is_setup: bool
+
+    def submitting_run_ids(self) -> set[str]:
+        """The runs this worker took (it proposed Pending, or is about to) and has not
+        reported started yet; safe to call from any thread (a set's copy holds the GIL)."""
+        return {str(run_id) for run_id in self._submitting_flow_run_ids.copy()}
 
     @property
     def pool_ready(self) -> bool:
