@@ -48,7 +48,7 @@ import sqlalchemy as sa
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_SEND_RATE = 2000.0  # messages/s, one process, SQLite
-TARGET_QUERY_MS = 5.0
+TARGET_QUERY_MS = 2.0  # issue 35, at 1,000,000 messages (issue 16's was 5 ms)
 TARGET_CLI_S = 0.3  # issue 16
 
 CHILD_SENDER = """

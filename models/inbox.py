@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +37,9 @@ from models.inbox_table import (
     ATTRIBUTES,
     COLUMNS,
     InboxCounter,
+    InboxMessageRow,
     InboxRow,
+    MessageReads,
     bump,
     entry_values,
     execute,
@@ -211,7 +214,7 @@ def messages(
     mark_read: bool = False,
     who: Principal | None = None,
     session: Session | None = None,
-) -> list[InboxRow]:
+) -> list[InboxMessageRow]:
     """A member's messages, oldest first; `mark_read` marks the ones returned as read.
     Refused (`Forbidden`) when the caller `who` may not read this inbox (a member reads
     only its own); `who` None: teamflow itself reads."""
@@ -232,12 +235,11 @@ def messages(
         return rows
 
 
-def _row(team: str, member: str, values: Any, raw: bool) -> InboxRow:
-    """An `InboxRow` from a Core row of `_messages_statement`, built as the ORM's loader
-    builds one (no validation, no events) but without its identity map and per-row
-    machinery: the unread query's cost was that, not its SQL. `raw`: SQLite's own values,
-    decoded here (`_DECODERS`)."""
-    row = _new_row()
+def _row(team: str, member: str, values: Any, raw: bool) -> InboxMessageRow:
+    """An `InboxMessageRow` from a Core row of `_messages_statement`: no validation, no ORM
+    instance (the unread query's cost was making those, not its SQL). `raw`: SQLite's own
+    values, decoded here (`_DECODERS`)."""
+    row = _new_row(InboxMessageRow)
     fields = row.__dict__
     fields.update(zip(_MESSAGE_ATTRIBUTES, values, strict=True))
     if raw:
@@ -271,7 +273,7 @@ def _decoder(column: sa.Column[Any]) -> Any:
     return None
 
 
-_new_row = sa.inspect(InboxRow).class_manager.new_instance
+_new_row = object.__new__
 _MESSAGE_ATTRIBUTES = [name for name in ATTRIBUTES.values() if name not in ("team", "recipient")]
 """What the message query reads: every attribute but the two its caller names."""
 _DECODERS = [
@@ -286,7 +288,7 @@ VIEW_FORMATS = ("004", "001", "000")
 """The three forms of a message: `004` inbox entry, `001` notification, `000` Message."""
 
 
-def view(rows: list[InboxRow], fmt: str = "004") -> list[dict[str, Any]]:
+def view(rows: Sequence[MessageReads], fmt: str = "004") -> list[dict[str, Any]]:
     """Messages in one of their three forms, JSON-ready: `004` inbox entries, `001`
     notifications or `000` Messages (`InboxError` for another format)."""
     if fmt == "004":

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlmodel import Field as SQLField
@@ -32,7 +32,90 @@ from models.inbox_message import (
 from models.mirror import mark
 
 
-class InboxRow(SQLModel, table=True):
+class MessageReads:
+    """A message read back as a `004` inbox entry, a `001` notification or a `000` message:
+    what `InboxRow` and `InboxMessageRow` share."""
+
+    if TYPE_CHECKING:  # what the reads use; the classes below have them
+        id: int | None
+        seq: int
+        message_id: str
+        team: str
+        recipient: str
+        recipient_agent_id: str | None
+        sender: str
+        text: str
+        summary: str
+        timestamp: Any
+        color: str
+        read: bool
+        junk: bool
+        type: str | None
+        category: str | None
+        payload: Any
+        meta: dict | None
+        extra: dict
+        fields_set: list | None
+
+    def to_entry(self) -> InboxMessage:
+        """The row as a `004` inbox entry."""
+        return InboxMessage.model_validate(self.entry_dict())
+
+    def entry_dict(self) -> dict[str, Any]:
+        """The row as a `004` inbox entry, JSON-ready (fast: the row was validated on write)."""
+        return entry_of(_Fields(self))
+
+    def to_notification(self) -> Any:
+        """The row as a `001` notification.
+
+        A message of a `001` type is that notification; any other message (plain text, a
+        `004` typed message) is what one agent said to another: an `agent_message` whose
+        `content` is the text, from the sender's agent id (`system` for the system).
+        """
+        from models.notification import NotificationAdapter  # jsonschema, tasks: not for a send
+
+        recipient = self.recipient_agent_id or f"{self.recipient}@{self.team}"
+        kind, payload = self.type, self.payload
+        if kind not in NOTIFICATION_TYPES:
+            sender = self.sender if self.sender == "system" else f"{self.sender}@{self.team}"
+            kind, payload = "agent_message", {"sender_agent_id": sender, "content": self.text}
+        return NotificationAdapter.validate_python(
+            {
+                # 001 ids are UUIDs; teamflow's message ids are `msg-{uuid}`.
+                "notification_id": _uuid_of(self.message_id),
+                "timestamp": self.timestamp,
+                "recipient_agent_id": recipient,
+                "notification_type": kind,
+                "source": self.sender,
+                "payload": payload,
+            }
+        )
+
+    def to_message(self) -> Any:
+        """The row as a `000` message."""
+        from models.notification import Message
+
+        if self.payload is not None and self.category is not None:
+            payload = self.payload
+        elif isinstance(self.payload, dict):  # a typed message: its payload is the content
+            payload = {"type": self.type or "text", "content": self.payload}
+        else:
+            payload = {"type": self.type or "text", "content": self.text}
+        status = "junk" if self.junk else "read" if self.read else "sent"
+        return Message.model_validate(
+            {
+                "message_id": self.message_id,
+                "type": self.category or _COMMANDS.get(self.type or "", "event"),
+                "sender": self.sender,
+                "recipient": self.recipient,
+                "timestamp": self.timestamp,
+                "payload": payload,
+                "status": status,
+            }
+        )
+
+
+class InboxRow(MessageReads, SQLModel, table=True):
     """One message in one member's inbox; the database's copy of every inbox entry."""
 
     __tablename__ = "inbox_messages"
@@ -84,14 +167,6 @@ class InboxRow(SQLModel, table=True):
         """A row from a `004` inbox entry (a structured entry's JSON text becomes its payload)."""
         return cls(**entry_values(team, recipient, entry))
 
-    def to_entry(self) -> InboxMessage:
-        """The row as a `004` inbox entry."""
-        return InboxMessage.model_validate(self.entry_dict())
-
-    def entry_dict(self) -> dict[str, Any]:
-        """The row as a `004` inbox entry, JSON-ready (fast: the row was validated on write)."""
-        return entry_of(_Fields(self))
-
     # -- 001 ---------------------------------------------------------------------------------
 
     @classmethod
@@ -112,32 +187,6 @@ class InboxRow(SQLModel, table=True):
             type=notification.notification_type,
             payload=payload,
             recipient_agent_id=notification.recipient_agent_id,
-        )
-
-    def to_notification(self) -> Any:
-        """The row as a `001` notification.
-
-        A message of a `001` type is that notification; any other message (plain text, a
-        `004` typed message) is what one agent said to another: an `agent_message` whose
-        `content` is the text, from the sender's agent id (`system` for the system).
-        """
-        from models.notification import NotificationAdapter  # jsonschema, tasks: not for a send
-
-        recipient = self.recipient_agent_id or f"{self.recipient}@{self.team}"
-        kind, payload = self.type, self.payload
-        if kind not in NOTIFICATION_TYPES:
-            sender = self.sender if self.sender == "system" else f"{self.sender}@{self.team}"
-            kind, payload = "agent_message", {"sender_agent_id": sender, "content": self.text}
-        return NotificationAdapter.validate_python(
-            {
-                # 001 ids are UUIDs; teamflow's message ids are `msg-{uuid}`.
-                "notification_id": _uuid_of(self.message_id),
-                "timestamp": self.timestamp,
-                "recipient_agent_id": recipient,
-                "notification_type": kind,
-                "source": self.sender,
-                "payload": payload,
-            }
         )
 
     # -- 000 ---------------------------------------------------------------------------------
@@ -163,28 +212,20 @@ class InboxRow(SQLModel, table=True):
             payload=payload,
         )
 
-    def to_message(self) -> Any:
-        """The row as a `000` message."""
-        from models.notification import Message
 
-        if self.payload is not None and self.category is not None:
-            payload = self.payload
-        elif isinstance(self.payload, dict):  # a typed message: its payload is the content
-            payload = {"type": self.type or "text", "content": self.payload}
-        else:
-            payload = {"type": self.type or "text", "content": self.text}
-        status = "junk" if self.junk else "read" if self.read else "sent"
-        return Message.model_validate(
-            {
-                "message_id": self.message_id,
-                "type": self.category or _COMMANDS.get(self.type or "", "event"),
-                "sender": self.sender,
-                "recipient": self.recipient,
-                "timestamp": self.timestamp,
-                "payload": payload,
-                "status": status,
-            }
-        )
+class InboxMessageRow(MessageReads):
+    """A message as `models.inbox.messages` returns it: its row's values as attributes,
+    without the ORM's instance state or SQLModel's fields (making those was most of the
+    unread query's time, for rows it only reads). Not in a session: change a message
+    through the store."""
+
+    def __repr__(self) -> str:
+        return f"InboxMessageRow({self.__dict__!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.__dict__ == self.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # equal by value, and its values change
 
 
 _COMMANDS = {
