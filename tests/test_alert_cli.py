@@ -96,7 +96,7 @@ def listed(live: Env, alert_id: int) -> dict:
     return row
 
 
-def alerts_named(member: str, name: str) -> list[inbox_table.InboxRow]:
+def alerts_named(member: str, name: str) -> list[inbox_table.InboxMessageRow]:
     return [
         m for m in inbox.messages(TEAM, member)
         if m.type == "system_alert" and m.payload["alert_name"] == name

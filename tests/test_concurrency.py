@@ -226,7 +226,7 @@ def run_together(writers: list[tuple[str, str, int]], workdir: Path) -> None:
                 proc.wait()
 
 
-def assert_inbox_consistent(expected: set[str]) -> list[inbox_table.InboxRow]:
+def assert_inbox_consistent(expected: set[str]) -> list[inbox_table.InboxMessageRow]:
     """Each expected text is in the inbox exactly once, `seq` is 1..N, the file equals it."""
     rows = inbox.messages(TEAM, RECIPIENT)
     texts = Counter(r.text for r in rows)
@@ -244,7 +244,7 @@ def assert_inbox_consistent(expected: set[str]) -> list[inbox_table.InboxRow]:
     return rows
 
 
-def senders_taking_turns(rows: list[inbox_table.InboxRow]) -> int:
+def senders_taking_turns(rows: list[inbox_table.InboxMessageRow]) -> int:
     """How often, in inbox order, a message comes from another process than the one before."""
     prefixes = [r.text.rsplit("-", 1)[0] for r in rows[1:]]  # after the system prompt
     return sum(1 for a, b in pairwise(prefixes) if a != b)

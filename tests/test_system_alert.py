@@ -22,7 +22,7 @@ def alert(**parameters):
     return asyncio.run(system_alert(**parameters, return_state=True))
 
 
-def alerts_of(member: str) -> list[inbox_table.InboxRow]:
+def alerts_of(member: str) -> list[inbox_table.InboxMessageRow]:
     """The system alerts in a member's inbox (its initial system message left out)."""
     return [row for row in inbox.messages(TEAM, member) if row.type == "system_alert"]
 

@@ -36,7 +36,7 @@ def timer(name: str = "standup", *, due: datetime = DUE, run: str | None = "run-
     return alert.id
 
 
-def alerts_of(member: str) -> list[inbox_table.InboxRow]:
+def alerts_of(member: str) -> list[inbox_table.InboxMessageRow]:
     return [m for m in inbox.messages(TEAM, member) if m.type == "system_alert"]
 
 

@@ -114,5 +114,5 @@ def test_a_timer_goes_off_while_the_prefect_server_is_away_and_its_run_follows(
     assert alerts_of("analyst-2") == []
 
 
-def alerts_of(member: str) -> list[inbox_table.InboxRow]:
+def alerts_of(member: str) -> list[inbox_table.InboxMessageRow]:
     return [m for m in inbox.messages(TEAM, member) if m.type == "system_alert"]

@@ -269,7 +269,8 @@ PATCHES: tuple[Patch, ...] = (
             "prefect.workers.process:ProcessWorker",
         ),
         "the worker exits after a minute of outage; runs wait for the labels' retries; "
-        "the watchdog hands back runs a live worker is still starting",
+        "the watchdog hands back runs a live worker is still starting; a failed read of a "
+        "run's deployment ends the worker",
     ),
     Patch(
         "typer_cli.lazy_group",

@@ -165,7 +165,8 @@ class ProcessWorkerHooks:
     types does not take it for one): the private parts of the process worker that teamflow's
     worker changes, behind public names. `sync_with_server` wraps the heartbeat and sync,
     `beat_now` beats at once, the worker's labels are given to a run once and beside it,
-    and the pool, queues, limit, logger and the runs being started are readable.
+    and the pool, queues, limit, logger and the runs being started are readable; a run
+    whose submission fails is let go, not the worker.
 
     Written against Prefect 3.8.8 (`BaseWorker._sync_and_initialize`,
     `_give_worker_labels_to_flow_run`, `_runs_task_group`, `_work_pool_name`,
@@ -173,7 +174,8 @@ class ProcessWorkerHooks:
     it, the worker exits after about a minute of failed syncs (the runs waiting in it die
     with it); a run waits for the labels' retries (2 s, 4 s, 8 s) whenever a stock server on
     SQLite answers 503; and a run the worker took but has not started yet (slow on a loaded
-    machine) is not in its beats, so the watchdog hands it back to the pool meanwhile.
+    machine) is not in its beats, so the watchdog hands it back to the pool meanwhile; and
+    one failed read of a run's deployment ends the worker (`_submit_run`).
     Upstream: the exit is PrefectHQ/prefect#16977 and #9052 (workers stop on server errors
     and network problems); the labels' retries are not reported.
     """
@@ -186,7 +188,28 @@ class ProcessWorkerHooks:
     _logger: Any
     _runs_task_group: Any
     _submitting_flow_run_ids: set[Any]
+    _cancelling_observer: Any
     is_setup: bool
+
+    async def _submit_run(self, flow_run: Any) -> None:
+        """Prefect's submission of a run this worker took, which lets an error of its first
+        request (the read of the run's deployment, past the client's retries: an API
+        replica that died mid-request, a server too loaded to answer) out of the runs'
+        task group, and so ends the worker with every run in it. Here the run is let go
+        instead: its slot freed, still Scheduled for the next poll (a run left Pending is
+        handed back by the watchdog), and the worker goes on."""
+        try:
+            await super()._submit_run(flow_run)  # type: ignore[misc]  # a mixin of ProcessWorker
+        except Exception as exc:
+            self._logger.warning(
+                "flow run %s not submitted (%r); left to the pool for the next poll",
+                flow_run.id,
+                exc,
+            )
+            self._release_limit_slot(flow_run.id)  # type: ignore[attr-defined]  # ProcessWorker's
+            self._submitting_flow_run_ids.discard(flow_run.id)
+            if self._cancelling_observer is not None:
+                self._cancelling_observer.remove_in_flight_flow_run_id(flow_run.id)
 
     def submitting_run_ids(self) -> set[str]:
         """The runs this worker took (it proposed Pending, or is about to) and has not
