@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import sys
 
+from flows.compat.burner_redis_pubsub import patient_pubsub_reads
 from flows.compat.prefect_server import (
     immediate_sqlite_transactions,
     quiet_worker_channel_disconnects,
@@ -69,6 +70,7 @@ from flows.compat.prefect_server import (
     slower_background_checks,
 )
 from flows.compat.sqlalchemy_sqlite import write_gate
+from flows.compat.uvicorn_server import quieter_ticks
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,6 +81,8 @@ def main(argv: list[str] | None = None) -> None:
     quiet_worker_channel_disconnects()
     scheduled_states_not_awaited()
     slower_background_checks()
+    patient_pubsub_reads()
+    quieter_ticks()
     from prefect.cli import app
 
     sys.argv = ["prefect", "server", *(sys.argv[1:] if argv is None else argv)]

@@ -84,18 +84,23 @@ async def _keep_time(poll_s: float, reconcile_s: float) -> None:
     async with anyio.create_task_group() as group:
         group.start_soon(resumer)
         last_reconcile = -reconcile_s
+        due = True  # the first round looks at everything
         while True:
             try:
-                await tick(committed=lambda ids: anyio.from_thread.run(send.send, ids))
+                ticked = due
+                if ticked:
+                    await tick(committed=lambda ids: anyio.from_thread.run(send.send, ids))
                 back = _api_back.is_set()
                 if back or anyio.current_time() - last_reconcile >= reconcile_s:
                     _api_back.clear()
                     last_reconcile = anyio.current_time()
                     group.start_soon(_reconcile)
-                wait = await _until_next(poll_s)
+                wait, due = await _until_next(poll_s)
+                if ticked and wait == 0:  # a tick acts on all that is due: this one is stuck
+                    wait = poll_s  # (a timer whose delivery failed); its own run retries
             except Exception as exc:  # the database is away: try again next round
                 logger.warning("teamflow clock: %s", exc)
-                wait = poll_s
+                wait, due = poll_s, True
             await anyio.sleep(wait)
 
 
@@ -147,21 +152,27 @@ async def expire_tool_calls() -> int:
         return 0
 
 
-async def _until_next(poll_s: float) -> float:
+async def _until_next(poll_s: float) -> tuple[float, bool]:
+    """How long the clock sleeps (at most `poll_s`), and whether anything is due when it
+    wakes: an idle clock looks in one transaction a round, and ticks only when it must."""
+
     def next_due() -> Any:
         from models import tool_approval
+        from models.db import session_scope
 
-        dues = [
-            d
-            for d in (plan_timeout.next_due(), alert.next_timer_due(), tool_approval.next_due())
-            if d is not None
-        ]
-        return min(dues, default=None)
+        with session_scope() as s:
+            found = (
+                plan_timeout.next_due(session=s),
+                alert.next_timer_due(session=s),
+                tool_approval.next_due(session=s),
+            )
+        return min((d for d in found if d is not None), default=None)
 
     due = await anyio.to_thread.run_sync(next_due)
     if due is None:
-        return poll_s
-    return min(max((due - utcnow()).total_seconds(), 0.0), poll_s)
+        return poll_s, False
+    seconds = max((due - utcnow()).total_seconds(), 0.0)
+    return min(seconds, poll_s), seconds <= poll_s
 
 
 async def resume_decided_suspended_runs() -> int:

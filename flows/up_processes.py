@@ -3,8 +3,9 @@
 Each is a `Child`: its own session and process group (stopping it stops what it started),
 a private log under `$TEAMFLOW_HOME/logs`, and the environment teamflow gives it
 (`child_env`, `server_env`: telemetry off, CSRF protection on, cross-origin requests from
-its own UI only, the heartbeat and poll intervals). The checks refuse, in one line, a
-database that cannot be reached and a server that does not take this machine's credentials.
+its own UI only, the heartbeat and poll intervals, slower loops for the services teamflow
+leans on little). The checks refuse, in one line, a database that cannot be reached and a
+server that does not take this machine's credentials.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ HEARTBEAT_SECONDS = 30
 WORKER_POLL_SECONDS = 2
 """The worker's fallback poll while it runs anything (`flows.worker.IDLE_POLL_SECONDS` when
 idle); new runs normally reach it at once through the event stream."""
+SERVICE_LOOP_SECONDS = {
+    "PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_LOOP_SECONDS": 60,
+    "PREFECT_SERVER_SERVICES_LATE_RUNS_LOOP_SECONDS": 15,
+    "PREFECT_SERVER_SERVICES_CLEANUP_RECONCILER_LOOP_SECONDS": 15,
+    "PREFECT_SERVER_SERVICES_FOREMAN_LOOP_SECONDS": 30,
+}
+"""How often the server's services that teamflow leans on little look at the database
+(Prefect: 5, 5, 5 and 15 s): teamflow acts on its own pauses' deadlines 10 minutes before
+Prefect does, starts a due run within a second (Late is a label), and watches its workers
+itself. Each is the user's to set."""
 SERVER_START_TIMEOUT = 120.0
 WORKER_START_TIMEOUT = 60.0
 MCP_START_TIMEOUT = 60.0
@@ -157,6 +168,9 @@ def server_env(api: str, bind_host: str, port: int, database_url: str) -> dict[s
         "PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS", "PREFECT_SERVER_CORS_ALLOWED_ORIGINS"
     ):
         env["PREFECT_SERVER_API_CORS_ALLOWED_ORIGINS"] = _origin(api)
+    for name, seconds in SERVICE_LOOP_SECONDS.items():
+        if not runner.user_setting(name):
+            env[name] = str(seconds)
     env["PREFECT_SERVER_API_HOST"] = bind_host
     env["PREFECT_SERVER_API_PORT"] = str(port)
     return env

@@ -139,9 +139,9 @@ def test_the_clock_sleeps_until_the_next_timer_or_plan_deadline(db_url: str, hom
         timer(due=DUE - timedelta(seconds=30))
         # The timer, due in 9.5 min, comes after the plan's deadline (5 min); both are past
         # the longest sleep.
-        assert asyncio.run(timers._until_next(poll_s=400)) == 300
-        assert asyncio.run(timers._until_next(poll_s=1)) == 1
+        assert asyncio.run(timers._until_next(poll_s=400)) == (300, True)
+        assert asyncio.run(timers._until_next(poll_s=1)) == (1, False)
     with freeze_time(DUE - timedelta(seconds=32)):  # the plan was decided meanwhile: the timer
         [plan] = approval.list_requests(TEAM)
         approval.decide(plan.request_id, approve=True, decider="coordinator")
-        assert asyncio.run(timers._until_next(poll_s=60)) == 2
+        assert asyncio.run(timers._until_next(poll_s=60)) == (2, True)

@@ -33,6 +33,7 @@ from prefect_server import (
     kill_pids,
     pid_alive,
     start,
+    started_by_name,
     started_pids,
     stop,
     talk_to,
@@ -117,7 +118,8 @@ def test_logs_and_the_prefect_database_are_created_private(tmp_path: Path) -> No
 def test_up_runs_teamflow_for_real_and_stops_what_it_started(
     up_env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    env = {**up_env, "PREFECT_SERVER_API_AUTH_STRING": AUTH}
+    late_runs = "PREFECT_SERVER_SERVICES_LATE_RUNS_LOOP_SECONDS"
+    env = {**up_env, "PREFECT_SERVER_API_AUTH_STRING": AUTH, late_runs: "7"}
     monkeypatch.setenv("PREFECT_SERVER_API_AUTH_STRING", AUTH)
     api = env["PREFECT_API_URL"]
     port = int(api.rsplit(":", 1)[1].split("/")[0])
@@ -149,6 +151,12 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
             f"{api}/flow_runs/filter", headers={**preflight, "Origin": api.removesuffix("/api")}
         )
         assert own.headers.get("access-control-allow-origin") == api.removesuffix("/api")
+
+        # The services teamflow leans on little look less often; the user's choice wins.
+        environ = Path(f"/proc/{started_by_name(output)['server']}/environ")
+        server_env = set(environ.read_bytes().split(b"\0"))
+        assert b"PREFECT_SERVER_SERVICES_PAUSE_EXPIRATIONS_LOOP_SECONDS=60" in server_env
+        assert f"{late_runs}=7".encode() in server_env
 
         # Runs that the CLI starts run on the worker and deliver their alerts.
         db.upgrade()

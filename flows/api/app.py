@@ -48,4 +48,7 @@ def serve(host: str, port: int, **options: Any) -> None:
     """Serves the API with uvicorn until interrupted."""
     import uvicorn
 
+    from flows.compat.uvicorn_server import quieter_ticks
+
+    quieter_ticks()
     uvicorn.run(build(), host=host, port=port, log_level="warning", **options)

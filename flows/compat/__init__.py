@@ -4,7 +4,9 @@ One module per library: `prefect_server` (Prefect's server, as `flows.server` st
 `prefect_worker` (Prefect's worker and result storage, in `teamflow worker`),
 `prefect_engine` (the flow engine, from inside a run), `prefect_client` (Prefect's API past
 its Python client), `sqlalchemy_sqlite` (SQLAlchemy's aiosqlite adapter, in Prefect's
-server) and `typer_cli` (Typer's command building, for `teamflow`'s lazy CLI). Each patch
+server), `burner_redis_pubsub` (the in-memory Redis of the server's background tasks),
+`uvicorn_server` (every server teamflow runs) and `typer_cli` (Typer's command building,
+for `teamflow`'s lazy CLI). Each patch
 is a function (or class) there whose docstring names the version it was written against,
 what breaks without it, and the upstream issue; `docs/upstream.md` has the wording for
 upstream.
@@ -196,6 +198,29 @@ PATCHES: tuple[Patch, ...] = (
             "docket.worker:Worker.__init__",
         ),
         "an idle server spends a quarter of its CPU looking for background tasks 4 times a second",
+    ),
+    Patch(
+        "burner_redis_pubsub.patient_pubsub_reads",
+        "burner-redis",
+        "0.1.7",
+        (
+            "burner_redis.pubsub:PubSub.__init__",
+            "burner_redis.pubsub:PubSub._queue_get",
+            "docket.worker:Worker._cancellation_listener",
+        ),
+        "an idle server wakes ten times a second to ask for cancellations of background tasks",
+    ),
+    Patch(
+        "uvicorn_server.quieter_ticks",
+        "uvicorn",
+        "0.54.0",
+        (
+            "uvicorn.server:Server.main_loop",
+            "uvicorn.server:Server.on_tick",
+            "uvicorn.server:Server.capture_signals",
+            "uvicorn.server:HANDLED_SIGNALS",
+        ),
+        "every idle server teamflow runs wakes ten times a second",
     ),
     Patch(
         "sqlalchemy_sqlite.write_gate",

@@ -6,10 +6,16 @@ installed."""
 # ruff: noqa: E501
 
 FINGERPRINTS: dict[str, tuple[str, str | None]] = {
+    "burner_redis.pubsub:PubSub.__init__": (
+        "247d1f8c596b5b06",
+        "(self, client, ignore_subscribe_messages=False)",
+    ),
+    "burner_redis.pubsub:PubSub._queue_get": ("47ac1fb113e16218", "(self, timeout)"),
     "docket.worker:Worker.__init__": (
         "02616b049b5ef32c",
         "(self, docket: 'Docket', name: 'str | None' = None, concurrency: 'int' = 10, redelivery_timeout: 'timedelta' = datetime.timedelta(seconds=300), reconnection_delay: 'timedelta' = datetime.timedelta(seconds=5), minimum_check_interval: 'timedelta' = datetime.timedelta(microseconds=250000), scheduling_resolution: 'timedelta' = datetime.timedelta(microseconds=250000), schedule_automatic_tasks: 'bool' = True, enable_internal_instrumentation: 'bool' = False, fallback_task: 'TaskFunction | None' = None, dependencies: 'Mapping[str, Any] | Sequence[Any] | None' = None, message_batch: 'int' = 1000) -> 'None'",
     ),
+    "docket.worker:Worker._cancellation_listener": ("f81ccb5e5240c74d", "(self) -> 'None'"),
     "prefect.client.orchestration._deployments.client:DeploymentAsyncClient.read_deployment": (
         "6a711d1015cb14b8",
         "(self, deployment_id: 'Union[UUID, str]') -> \"'DeploymentResponse'\"",
@@ -213,4 +219,11 @@ FINGERPRINTS: dict[str, tuple[str, str | None]] = {
         "a49cccff3b80f3c1",
         "(self, typer_instance: Optional[ForwardRef('Typer')] = <typer.models.DefaultPlaceholder object>, *, name: str | None = <typer.models.DefaultPlaceholder object>, cls: type['TyperGroup'] | None = <typer.models.DefaultPlaceholder object>, invoke_without_command: bool = <typer.models.DefaultPlaceholder object>, no_args_is_help: bool = <typer.models.DefaultPlaceholder object>, subcommand_metavar: str | None = <typer.models.DefaultPlaceholder object>, chain: bool = <typer.models.DefaultPlaceholder object>, result_callback: collections.abc.Callable[..., typing.Any] | None = <typer.models.DefaultPlaceholder object>, context_settings: dict[typing.Any, typing.Any] | None = <typer.models.DefaultPlaceholder object>, callback: collections.abc.Callable[..., typing.Any] | None = <typer.models.DefaultPlaceholder object>, help: str | None = <typer.models.DefaultPlaceholder object>, epilog: str | None = <typer.models.DefaultPlaceholder object>, short_help: str | None = <typer.models.DefaultPlaceholder object>, options_metavar: str = <typer.models.DefaultPlaceholder object>, add_help_option: bool = <typer.models.DefaultPlaceholder object>, hidden: bool = <typer.models.DefaultPlaceholder object>, deprecated: bool = <typer.models.DefaultPlaceholder object>, rich_help_panel: str | None = <typer.models.DefaultPlaceholder object>)",
     ),
+    "uvicorn.server:HANDLED_SIGNALS": ("0c6ea5c9f43eac38", None),
+    "uvicorn.server:Server.capture_signals": (
+        "f5efdd178894332d",
+        "(self) -> 'Generator[None, None, None]'",
+    ),
+    "uvicorn.server:Server.main_loop": ("37502fa8d66e9dd9", "(self) -> 'None'"),
+    "uvicorn.server:Server.on_tick": ("d5f6bf8c1db268c6", "(self, counter: 'int') -> 'bool'"),
 }

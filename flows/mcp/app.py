@@ -27,6 +27,9 @@ def serve_http(host: str, port: int, *, allow_local_user: bool = False) -> None:
     names its member."""
     import anyio
 
+    from flows.compat.uvicorn_server import quieter_ticks
+
+    quieter_ticks()
     server = build(allow_local_http=allow_local_user)
     anyio.run(
         lambda: server.run_streamable_http_async(
