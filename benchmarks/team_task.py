@@ -32,7 +32,10 @@
    for both databases by default; `--postgres` puts both on PostgreSQL (a fresh database
    and schema, dropped after; URL default `TEAMFLOW_TEST_POSTGRES_URL`). Prints too the CPU
    seconds each team task costs the machine while the workers run the batch, by process
-   (Prefect's server, the workers, the rest), and the rate the cores allow at that cost.
+   (Prefect's server, the workers, the rest), and the rate the cores allow at that cost;
+   then Prefect's floor on the same path: as many runs of an empty flow (`flows.floor`,
+   from a deployment made for the measurement) through two fresh workers, counted the same
+   way.
 
 Everything it creates is temporary and removed (processes stopped, databases dropped).
 """
@@ -329,8 +332,7 @@ def _cpu_spent(server_pid: int, into: dict[str, float]) -> Iterator[None]:
 def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]:
     """Part 2: tasks per second through the deployment with two `teamflow worker`s."""
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-    from prefect_server import prefect_server
+    from prefect_server import prefect_server, talk_to
     from teamflow_workers import benchmark_databases, register_deployments, run_batch
 
     from flows import runner
@@ -342,7 +344,7 @@ def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]
         _team(data)
         server = stack.enter_context(prefect_server(tmp, prefect_url))
         register_deployments(server, tmp / "deploy.log")
-        stack.enter_context(temporary_settings(updates={PREFECT_API_URL: server.api}))
+        stack.enter_context(talk_to(server.api))  # Prefect's client and `flows.runner`
         client = stack.enter_context(get_client(sync_client=True))
 
         def queue() -> list[Any]:
@@ -358,7 +360,16 @@ def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]
         assert server.process is not None
         during = functools.partial(_cpu_spent, server.process.pid, cpu)
         runs, _ = run_batch(server, tmp, client, queue, env=shared, during=during)
-    failed = [r.name for r in runs if not r.state.is_completed()]
+        # Prefect's floor the same way: as many empty runs, through two fresh workers.
+        floor_id = _floor_deployment(server.api)
+        floor_cpu: dict[str, float] = {}
+        during = functools.partial(_cpu_spent, server.process.pid, floor_cpu)
+        floor_runs, _ = run_batch(
+            server, tmp / "floor", client,
+            lambda: [client.create_flow_run_from_deployment(floor_id).id for _ in range(tasks)],
+            env=shared, during=during,
+        )  # fmt: skip
+    failed = [r.name for r in [*runs, *floor_runs] if not r.state.is_completed()]
     if failed:
         sys.exit(f"runs did not complete: {failed}")
     first_start = min(r.start_time.timestamp() for r in runs)
@@ -375,8 +386,25 @@ def sustained(tasks: int, tmp: Path, postgres_url: str | None) -> dict[str, Any]
         "p50_run_s": round(statistics.median(r.total_run_time.total_seconds() for r in runs), 2),
         # CPU seconds per task while the workers ran the batch, by process.
         "cpu_per_task_s": {k: round(v / tasks, 3) for k, v in cpu.items()},
+        # The same for an empty flow's runs (`flows.floor`): Prefect's floor on this path.
+        "floor_cpu_per_run_s": {k: round(v / tasks, 3) for k, v in floor_cpu.items()},
         "cores": os.cpu_count(),
     }
+
+
+def _floor_deployment(api: str) -> Any:
+    """A deployment of `flows.floor:empty` in teamflow's pool (made here, for the
+    measurement only); its id."""
+    import httpx
+    from teamflow_workers import POOL
+
+    with httpx.Client(base_url=api, timeout=60) as http:
+        flow = http.post("/flows/", json={"name": "empty"}).raise_for_status().json()
+        made = http.post("/deployments/", json={
+            "name": "floor", "flow_id": flow["id"], "work_pool_name": POOL,
+            "entrypoint": "flows/floor.py:empty", "path": str(ROOT),
+        }).raise_for_status()  # fmt: skip
+        return made.json()["id"]
 
 
 def main() -> None:
@@ -454,6 +482,14 @@ def main() -> None:
         f"teamflow workers {c['workers']}, this benchmark {c['benchmark']}, other "
         f"{c['other']}); {t['cores']} cores cannot run more than "
         f"{t['cores'] / c['machine']:.1f} tasks/s at that cost"
+    )
+    f = t["floor_cpu_per_run_s"]
+    print(
+        f"Prefect's floor the same way, {t['tasks']} empty flow runs: {f['machine']} s a run "
+        f"(Prefect server {f['server']}, teamflow workers {f['workers']}); a team task "
+        f"costs the server and the workers {c['server'] + c['workers']:.3f} s, the floor "
+        f"{f['server'] + f['workers']:.3f} s (issue 35's target for a team task: "
+        f"{TARGET_CPU_S} s)"
     )
 
 
