@@ -266,6 +266,10 @@ class TeamflowWorker(ProcessWorkerHooks, ProcessWorker):
             raise NotImplementedError("runs inside the teamflow worker are not killed")
         await super().kill_infrastructure(infrastructure_pid, configuration, grace_seconds)
 
+    async def starts_at_once(self, flow_run: FlowRun) -> bool:
+        """A run of teamflow's own flows starts in this process: it has no Submitting state."""
+        return teamflow_flow(await self._entrypoint(flow_run)) is not None
+
     async def _entrypoint(self, flow_run: FlowRun) -> str | None:
         if flow_run.deployment_id is None:
             return None

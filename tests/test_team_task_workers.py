@@ -121,6 +121,11 @@ def test_twenty_team_tasks_on_two_workers_each_complete_exactly_once(
                     flow_runs = wait_until(
                         lambda: ended_runs(client, all_ids), 600, "every team-task run to end", 1
                     )
+                    # Each run started in its worker's own process: Pending, then Running,
+                    # no Submitting state between (`flows.compat.prefect_worker`).
+                    for run_id in all_ids:
+                        names = [state.name for state in client.read_flow_run_states(run_id)]
+                        assert "Pending" in names and "Submitting" not in names, names
                     artifacts = client.read_artifacts(
                         artifact_filter=ArtifactFilter(
                             key=ArtifactFilterKey(any_=[f"task-{t}" for t in task_ids])

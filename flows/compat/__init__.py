@@ -291,11 +291,13 @@ PATCHES: tuple[Patch, ...] = (
             "prefect.workers.base:BaseWorker._give_worker_labels_to_flow_run",
             "prefect.workers.base:BaseWorker._submit_scheduled_flow_runs",
             "prefect.workers.base:BaseWorker._submit_run",
+            "prefect.workers.base:BaseWorker._propose_submitting_state",
+            "prefect.workers.base:BaseWorker._submit_run_and_capture_errors",
             "prefect.workers.process:ProcessWorker",
         ),
         "the worker exits after a minute of outage; runs wait for the labels' retries; "
         "the watchdog hands back runs a live worker is still starting; a failed read of a "
-        "run's deployment ends the worker",
+        "run's deployment ends the worker; each in-process run costs a Submitting state",
     ),
     Patch(
         "typer_cli.lazy_group",

@@ -147,9 +147,17 @@ FINGERPRINTS: dict[str, tuple[str, str | None]] = {
         "f53238039eff1b68",
         "(self, flow_run_id: 'UUID')",
     ),
+    "prefect.workers.base:BaseWorker._propose_submitting_state": (
+        "71d96e8ddc9db9b3",
+        "(self, flow_run: \"'FlowRun'\") -> 'None'",
+    ),
     "prefect.workers.base:BaseWorker._submit_run": (
         "67a8818b276872d9",
         "(self, flow_run: \"'FlowRun'\") -> 'None'",
+    ),
+    "prefect.workers.base:BaseWorker._submit_run_and_capture_errors": (
+        "671464407213f5d6",
+        "(self, flow_run: \"'FlowRun'\", task_status: 'anyio.abc.TaskStatus[int | Exception] | None' = None) -> 'BaseWorkerResult | Exception'",
     ),
     "prefect.workers.base:BaseWorker._submit_scheduled_flow_runs": (
         "7ae22e0888f9ec2b",

@@ -166,16 +166,20 @@ class ProcessWorkerHooks:
     worker changes, behind public names. `sync_with_server` wraps the heartbeat and sync,
     `beat_now` beats at once, the worker's labels are given to a run once and beside it,
     and the pool, queues, limit, logger and the runs being started are readable; a run
-    whose submission fails is let go, not the worker.
+    whose submission fails is let go, not the worker; a run that `starts_at_once` goes from
+    Pending to Running without Prefect's Submitting state.
 
     Written against Prefect 3.8.8 (`BaseWorker._sync_and_initialize`,
     `_give_worker_labels_to_flow_run`, `_runs_task_group`, `_work_pool_name`,
-    `_work_queues`, `_work_pool`, `_limit`, `_logger`, `_submitting_flow_run_ids`). Without
+    `_work_queues`, `_work_pool`, `_limit`, `_logger`, `_submitting_flow_run_ids`,
+    `_propose_submitting_state`). Without
     it, the worker exits after about a minute of failed syncs (the runs waiting in it die
     with it); a run waits for the labels' retries (2 s, 4 s, 8 s) whenever a stock server on
     SQLite answers 503; and a run the worker took but has not started yet (slow on a loaded
     machine) is not in its beats, so the watchdog hands it back to the pool meanwhile; and
-    one failed read of a run's deployment ends the worker (`_submit_run`).
+    one failed read of a run's deployment ends the worker (`_submit_run`); and every run
+    of teamflow's, started in the worker's own process, costs the server a Submitting state
+    change and its event for nothing.
     Upstream: the exit is PrefectHQ/prefect#16977 and #9052 (workers stop on server errors
     and network problems); the labels' retries are not reported.
     """
@@ -265,6 +269,19 @@ class ProcessWorkerHooks:
             await give()
         else:
             self._runs_task_group.start_soon(give)
+
+    async def _propose_submitting_state(self, flow_run: Any) -> None:
+        """Prefect's Submitting state, which says the run's infrastructure is being made;
+        left out for a run that `starts_at_once` (it has none to make: its Running state
+        follows within milliseconds), which spares the server a state change and its event
+        a run."""
+        if await self.starts_at_once(flow_run):
+            return
+        await super()._propose_submitting_state(flow_run)  # type: ignore[misc]  # a mixin of ProcessWorker
+
+    async def starts_at_once(self, flow_run: Any) -> bool:
+        """Whether `flow_run` starts in this process, with no infrastructure to make."""
+        return False
 
     def _without_retries(self) -> Any:
         """The current settings with `PREFECT_CLIENT_MAX_RETRIES` 0, as a settings context.
