@@ -23,7 +23,8 @@ from factories import TEAM, research_team
 
 from models import inbox, inbox_files, inbox_table, mirror
 
-pytestmark = pytest.mark.usefixtures("db_url")
+# Many real processes at once, seconds each: end to end, left out of `make test-fast`.
+pytestmark = [pytest.mark.usefixtures("db_url"), pytest.mark.system]
 
 RECIPIENT = "analyst-1"
 REPO = Path(__file__).resolve().parent.parent

@@ -137,6 +137,7 @@ print(reads, bad)
 """
 
 
+@pytest.mark.system  # writer and reader processes racing for seconds
 def test_a_reader_without_a_lock_only_ever_reads_valid_json(
     home: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

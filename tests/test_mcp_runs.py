@@ -22,6 +22,8 @@ from test_mcp import AGENT, TEAM, call, stdio, tmux_socket  # noqa: F401 (a fixt
 from models import approval, identity, membership, shutdown, task
 from models import team as teams
 
+pytestmark = pytest.mark.system  # a real Prefect server and worker for each test
+
 
 @pytest.fixture
 def prefect_env(
