@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/team_task.py [--tasks 20] [--gap 0.5] [--sustained-tasks 40]
                                              [--postgres [URL]] [--json]
+    .venv/bin/python benchmarks/team_task.py --replicas N [--tasks 20] [--postgres [URL]] [--json]
 
 1. Orchestration overhead. Runs `--tasks` team tasks in this process, one after another,
    whose one member's scripted agent finishes in its first step (no tools: the agent's own
@@ -36,6 +37,11 @@
    then Prefect's floor on the same path: as many runs of an empty flow (`flows.floor`,
    from a deployment made for the measurement) through two fresh workers, counted the same
    way.
+3. `--replicas N`, instead of 1 and 2: Prefect's distributed setup (on PostgreSQL and
+   Redis, behind HAProxy) with one API replica and one worker, then N and N, `--tasks` team
+   tasks and as many empty runs through each (`benchmarks/scale_out.py`): tasks/s, the CPU
+   per task of the server processes (together, the busiest replica, the services process),
+   the workers and the rest, and the rate a 16-core machine would reach at those costs.
 
 Everything it creates is temporary and removed (processes stopped, databases dropped).
 """
@@ -407,9 +413,37 @@ def _floor_deployment(api: str) -> Any:
         return made.json()["id"]
 
 
+def _replicas(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Part 3 (`--replicas N`), alone: `scale_out.compare` of 1 and N."""
+    import importlib.util
+
+    # By its path: `tests/scale_out.py` (the cluster it starts) has the same module name.
+    spec = importlib.util.spec_from_file_location(
+        "scale_out_benchmark", ROOT / "benchmarks/scale_out.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    url = args.postgres or os.environ.get("TEAMFLOW_TEST_POSTGRES_URL", "")
+    if not url:
+        parser.error("--replicas needs PostgreSQL: --postgres URL (or TEAMFLOW_TEST_POSTGRES_URL)")
+    if args.replicas < 1:
+        parser.error("--replicas must be at least 1")
+    out = bench.compare(bench.setups(args.replicas), args.tasks, url)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        bench.report(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=20, help="tasks per overhead figure")
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=20,
+        help="tasks per overhead figure (per setup with --replicas)",
+    )
     parser.add_argument("--gap", type=float, default=0.5, help="seconds between tasks")
     parser.add_argument(
         "--sustained-tasks", type=int, default=40, help="tasks for throughput (0: skip it)"
@@ -418,10 +452,16 @@ def main() -> None:
         "--postgres", nargs="?", const=os.environ.get("TEAMFLOW_TEST_POSTGRES_URL", ""),
         default=None, metavar="URL", help="both databases on PostgreSQL (throughput part)",
     )  # fmt: skip
+    parser.add_argument(
+        "--replicas", type=int, default=0, metavar="N",
+        help="Prefect's distributed setup with 1, then N API replicas (needs PostgreSQL)",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.postgres == "":
         parser.error("--postgres needs a URL (or TEAMFLOW_TEST_POSTGRES_URL)")
+    if args.replicas:
+        return _replicas(parser, args)
     from teamflow_workers import benchmark_environment
 
     benchmark_environment()

@@ -131,13 +131,20 @@ def healthy(api: str) -> bool:
         return False
 
 
+# TEAMFLOW_TEST_WAIT_TRACE=1 (with `pytest -s`): each wait prints how long it took.
+WAIT_TRACE = bool(os.environ.get("TEAMFLOW_TEST_WAIT_TRACE"))
+
+
 def wait_until(condition, timeout: float, what: str, interval: float = 0.2, explain=None):
     """`condition()`'s first true value within `timeout` seconds; else an AssertionError
     naming `what`, and what `explain()` says was still missing."""
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
+            if WAIT_TRACE:  # where an end-to-end test spends its time
+                print(f"waited {time.monotonic() - start:6.1f} s for {what}", file=sys.stderr)
             return value
         time.sleep(interval)
     missing = f"; still missing: {explain()}" if explain else ""

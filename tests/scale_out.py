@@ -35,9 +35,27 @@ class Cluster:
     """The balancer's URL as the server every client uses; `env` for teamflow processes."""
     replicas: list[subprocess.Popen]
     services: subprocess.Popen
+    """The (first) services process."""
     balancer: subprocess.Popen
     teamflow_url: str
     logs: list[Path] = field(default_factory=list)
+    all_services: list[subprocess.Popen] = field(default_factory=list)
+    """Every services process (`cluster(services=2)`: two, each running its share)."""
+
+
+SERVICE_SHARES = (
+    {
+        "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
+        "PREFECT_API_EVENTS_STREAM_OUT_ENABLED": "false",
+    },
+    {
+        "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED": "false",
+        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
+    },
+)
+"""Prefect's services split over two processes, each service in exactly one: the task-run
+recorder and the event persister in the first; the triggers, their actions and the event
+stream in the second. Both run the docket worker, which shares its tasks out through Redis."""
 
 
 def haproxy_config(port: int, replicas: list[int]) -> str:
@@ -93,9 +111,10 @@ def _popen(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 
 
 @contextlib.contextmanager
-def cluster(tmp: Path, admin_url: str, replicas: int = 2) -> Iterator[Cluster]:
+def cluster(tmp: Path, admin_url: str, replicas: int = 2, services: int = 1) -> Iterator[Cluster]:
     """The distributed setup, started; everything stopped, and its databases and Redis dbs
-    dropped, at the end."""
+    dropped, at the end. `services`: 1, or 2 to split Prefect's services (`SERVICE_SHARES`)."""
+    assert services in (1, 2), services
     redis_db = _redis_db()
     processes: list[subprocess.Popen] = []
     try:
@@ -142,19 +161,23 @@ def cluster(tmp: Path, admin_url: str, replicas: int = 2) -> Iterator[Cluster]:
                     180, f"the replica on port {p}",
                 )  # fmt: skip
                 assert process.poll() is None, log.read_text()[-3000:]
-            services_log = tmp / "services.log"
-            logs.append(services_log)
-            services = _popen(
-                [sys.executable, "-m", "flows.server", "services", "start"], serving, services_log
-            )
-            processes.append(services)
+            shares = SERVICE_SHARES if services == 2 else ({},)
+            started_services = []
+            for n, share in enumerate(shares, 1):
+                services_log = tmp / ("services.log" if n == 1 else f"services-{n}.log")
+                logs.append(services_log)
+                process = _popen([sys.executable, "-m", "flows.server", "services", "start"],
+                                 serving | share, services_log)  # fmt: skip
+                processes.append(process)
+                started_services.append(process)
             config = tmp / "haproxy.cfg"
             config.write_text(haproxy_config(port, ports))
             balancer = _popen([HAPROXY, "-f", str(config), "-db"], env, tmp / "haproxy.log")
             processes.append(balancer)
             wait_until(lambda: healthy(api), 60, "the balancer")
             server = Server(api=api, env=env, process=None, log=logs[0])
-            yield Cluster(server, started, services, balancer, teamflow_url, logs)
+            yield Cluster(server, started, started_services[0], balancer, teamflow_url, logs,
+                          started_services)  # fmt: skip
     finally:
         for process in reversed(processes):
             stop(process)
