@@ -214,6 +214,7 @@ def test_a_token_is_stored_hashed_and_revocable(db_url: str, home) -> None:
 # --- a lead and a member over stdio -------------------------------------------------------------
 
 
+@pytest.mark.system  # processes on both sides, end to end
 def test_a_lead_builds_a_team_and_a_member_works_its_task(db_url: str, home) -> None:
     async def lead_builds() -> dict[str, Any]:
         async with stdio() as lead:
@@ -641,6 +642,7 @@ def test_bad_input_is_a_one_line_error(door: str, db_url: str, home, request) ->
 AGENT = Path(__file__).parent.parent / "examples" / "mcp_agent.py"
 
 
+@pytest.mark.system  # processes on both sides, end to end
 @pytest.mark.parametrize("door", ["stdio", "http"])
 def test_the_example_agent_does_its_tasks_and_answers_a_shutdown(
     door: str, db_url: str, home, tmp_path: Path, request
@@ -725,6 +727,7 @@ def tmux_socket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.mark.system  # processes on both sides, end to end
 def test_a_member_spawned_in_tmux_works_and_is_killed_in_its_pane(
     db_url: str, home, tmp_path: Path, tmux_socket: str
 ) -> None:

@@ -10,6 +10,11 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
+# A wheel built by pip from a copy of the sources, seconds of CPU: `make test-fast` leaves it out.
+pytestmark = pytest.mark.system
+
 ROOT = Path(__file__).parents[1]
 
 
