@@ -1,12 +1,12 @@
 """Team tasks per second on Prefect's distributed setup, with one API replica, one services
-process and one worker beside N replicas, two services processes and N workers, and the CPU
-each team task costs each kind of process.
+process and one worker beside N replicas, three services processes and N workers, and the
+CPU each team task costs each kind of process.
 
     .venv/bin/python benchmarks/scale_out.py [--tasks 30] [--replicas 2] [--postgres URL] [--json]
 
 Each setup is `tests/scale_out.cluster`: Prefect on PostgreSQL (a fresh database) with Redis
 messaging, migrated once, the replicas started with `--no-services` behind HAProxy, the
-services in one process or split over two (`scale_out.SERVICE_SHARES`: each service in
+services in one process or split over three (`scale_out.SERVICE_SPLITS`: each service in
 exactly one), teamflow's database on PostgreSQL (a fresh schema). `--tasks` team tasks (one
 scripted member, one tool call each) are queued in the paused pool, the workers start, the
 pool is resumed (`teamflow_workers.run_batch`). Printed per setup: tasks/s from the first
@@ -186,8 +186,8 @@ def compare(setups: list[tuple[int, int]], tasks: int, postgres_url: str) -> dic
 
 def setups(replicas: int) -> list[tuple[int, int]]:
     """The setups `--replicas N` compares: one replica with one services process, then N
-    replicas with Prefect's services split over two processes (`scale_out.SERVICE_SHARES`)."""
-    return [(1, 1), (replicas, 2)]
+    replicas with Prefect's services split over three processes (`scale_out.SERVICE_SPLITS`)."""
+    return [(1, 1), (replicas, 3)]
 
 
 def report(out: dict[str, Any]) -> None:

@@ -38,7 +38,8 @@
    from a deployment made for the measurement) through two fresh workers, counted the same
    way.
 3. `--replicas N`, instead of 1 and 2: Prefect's distributed setup (on PostgreSQL and
-   Redis, behind HAProxy) with one API replica and one worker, then N and N, `--tasks` team
+   Redis, behind HAProxy) with one API replica, one services process and one worker, then
+   N replicas, Prefect's services split over three processes and N workers, `--tasks` team
    tasks and as many empty runs through each (`benchmarks/scale_out.py`): tasks/s, the CPU
    per task of the server processes (together, the busiest replica, the services process),
    the workers and the rest, and the rate a 16-core machine would reach at those costs.

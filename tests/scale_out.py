@@ -40,22 +40,38 @@ class Cluster:
     teamflow_url: str
     logs: list[Path] = field(default_factory=list)
     all_services: list[subprocess.Popen] = field(default_factory=list)
-    """Every services process (`cluster(services=2)`: two, each running its share)."""
+    """Every services process (`cluster(services=N)`: N, each running its share)."""
 
 
-SERVICE_SHARES = (
-    {
-        "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED": "false",
-        "PREFECT_API_EVENTS_STREAM_OUT_ENABLED": "false",
-    },
-    {
-        "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED": "false",
-        "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED": "false",
-    },
-)
-"""Prefect's services split over two processes, each service in exactly one: the task-run
-recorder and the event persister in the first; the triggers, their actions and the event
-stream in the second. Both run the docket worker, which shares its tasks out through Redis."""
+SERVICES = {
+    "task-run recorder": "PREFECT_SERVER_SERVICES_TASK_RUN_RECORDER_ENABLED",
+    "event persister": "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_ENABLED",
+    "triggers": "PREFECT_SERVER_SERVICES_TRIGGERS_ENABLED",  # and their actions
+    "event stream": "PREFECT_API_EVENTS_STREAM_OUT_ENABLED",
+}
+"""Prefect's services that `prefect server services start` runs by default, by the setting
+that turns each on."""
+
+SERVICE_SPLITS: dict[int, tuple[frozenset[str], ...]] = {
+    1: (frozenset(SERVICES),),
+    2: (
+        frozenset({"task-run recorder", "event persister"}),
+        frozenset({"triggers", "event stream"}),
+    ),
+    3: (
+        frozenset({"task-run recorder"}),
+        frozenset({"event persister"}),
+        frozenset({"triggers", "event stream"}),
+    ),
+}
+"""`cluster(services=N)`: which of `SERVICES` each services process runs, each service in
+exactly one process. Every services process also runs the docket worker, which shares its
+tasks out through Redis."""
+
+
+def service_share(share: frozenset[str]) -> dict[str, str]:
+    """The environment that leaves a services process only `share` of `SERVICES`."""
+    return {setting: "false" for name, setting in SERVICES.items() if name not in share}
 
 
 def haproxy_config(port: int, replicas: list[int]) -> str:
@@ -113,8 +129,9 @@ def _popen(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
 @contextlib.contextmanager
 def cluster(tmp: Path, admin_url: str, replicas: int = 2, services: int = 1) -> Iterator[Cluster]:
     """The distributed setup, started; everything stopped, and its databases and Redis dbs
-    dropped, at the end. `services`: 1, or 2 to split Prefect's services (`SERVICE_SHARES`)."""
-    assert services in (1, 2), services
+    dropped, at the end. `services`: how many processes Prefect's services are split over
+    (`SERVICE_SPLITS`)."""
+    assert services in SERVICE_SPLITS, services
     redis_db = _redis_db()
     processes: list[subprocess.Popen] = []
     try:
@@ -161,13 +178,12 @@ def cluster(tmp: Path, admin_url: str, replicas: int = 2, services: int = 1) -> 
                     180, f"the replica on port {p}",
                 )  # fmt: skip
                 assert process.poll() is None, log.read_text()[-3000:]
-            shares = SERVICE_SHARES if services == 2 else ({},)
             started_services = []
-            for n, share in enumerate(shares, 1):
+            for n, share in enumerate(SERVICE_SPLITS[services], 1):
                 services_log = tmp / ("services.log" if n == 1 else f"services-{n}.log")
                 logs.append(services_log)
                 process = _popen([sys.executable, "-m", "flows.server", "services", "start"],
-                                 serving | share, services_log)  # fmt: skip
+                                 serving | service_share(share), services_log)  # fmt: skip
                 processes.append(process)
                 started_services.append(process)
             config = tmp / "haproxy.cfg"

@@ -57,7 +57,7 @@ def test_the_team_task_benchmark_prints_cpu_beside_prefects_floor() -> None:
 )
 def test_the_replicas_benchmark_prints_each_setup_and_a_projection() -> None:
     """`--replicas 2`: one replica, one services process and one worker, then two replicas,
-    the services split over two processes and two workers, on PostgreSQL and Redis; each
+    the services split over three processes and two workers, on PostgreSQL and Redis; each
     setup's team tasks and empty runs by process, and the 16-core projection."""
     done = subprocess.run(
         [sys.executable, "benchmarks/team_task.py", "--replicas", "2", "--tasks", "3", "--json"],
@@ -68,7 +68,7 @@ def test_the_replicas_benchmark_prints_each_setup_and_a_projection() -> None:
     setups = printed["setups"]
     assert [(s["replicas"], s["workers"], s["services_processes"], s["tasks"]) for s in setups] == [
         (1, 1, 1, 3),
-        (2, 2, 2, 3),
+        (2, 2, 3, 3),
     ]
     for setup in printed["setups"]:
         for key in ("cpu_per_task_s", "floor_cpu_per_run_s"):
