@@ -155,6 +155,7 @@ def deployed_prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 # The test modules that take longest (each several minutes of end-to-end runs, by the CI's
 # --durations): handed out first. A module left off only starts a little later.
 _LONGEST_FIRST = (
+    "tests/test_benchmark_team_task.py",  # two benchmarks, about 5 minutes together
     "tests/test_ui_browser.py",
     "tests/test_scale_out.py",
     "tests/test_worker_timers.py",
