@@ -100,13 +100,16 @@ backend replicas
 
 
 def _redis_db() -> int:
-    """A Redis db pair nobody uses now (an empty one), taken for this cluster."""
+    """A Redis db pair nobody uses now (an empty one), taken for this cluster: taken with
+    `SET NX`, so of two test processes that both found it empty one gets it (two clusters
+    on one db pair would read each other's events and docket tasks)."""
     import redis
 
     for n in REDIS_DBS:
         client = redis.Redis(host="127.0.0.1", port=6379, db=n)
-        if client.dbsize() == 0 and redis.Redis(db=n + 1).dbsize() == 0:
-            client.set("teamflow-test-cluster", os.getpid())
+        if client.dbsize() != 0 or redis.Redis(db=n + 1).dbsize() != 0:
+            continue
+        if client.set("teamflow-test-cluster", os.getpid(), nx=True):
             return n
     raise AssertionError("no free Redis db for the cluster (8-15 all in use)")
 

@@ -4,6 +4,8 @@ attempt superseded and stops before it acts again."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import signal
 from collections import Counter
@@ -23,6 +25,8 @@ from prefect_server import (
     wait_until,
 )
 from test_durable_system import (  # noqa: F401 (up_env: a fixture)
+    MEMBER,
+    TEAM,
     append_tool,
     async_result_arrived,
     held_agents,
@@ -31,7 +35,7 @@ from test_durable_system import (  # noqa: F401 (up_env: a fixture)
     up_env,
 )
 
-from models import db
+from models import db, inbox, mirror
 from models.db import session_scope
 from models.task import get_task
 
@@ -45,6 +49,29 @@ def superseded_said(api: str, run_id: str) -> bool:
     with talk_to(api), get_client(sync_client=True) as c:
         logs = c.read_logs(log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])))
     return any("was taken by a resumed run" in log.message for log in logs)
+
+
+def result_written_and_lock_free() -> bool:
+    """Whether the member's inbox file holds every message of the database (step 2's ASYNC
+    result among them) and nobody holds the inbox lock. The file is written after the
+    commit `async_result_arrived` sees, under `inboxes/.lock`: a worker frozen in that
+    write would hold the lock, and every inbox write on the machine (the resumed run's, the
+    alarm's) would wait for its thaw."""
+    path = mirror.inbox_path(TEAM, MEMBER)
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    if len(entries) != len(inbox.messages(TEAM, MEMBER)):  # the file behind the database
+        return False
+    fd = os.open(path.parent / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)  # releases the lock if it was taken
+    return True
 
 
 def test_a_frozen_worker_thawed_after_its_task_was_resumed_stops_before_acting(
@@ -80,6 +107,7 @@ def test_a_frozen_worker_thawed_after_its_task_was_resumed_stops_before_acting(
         task_id, run_id = start_line_task(env)
         wait_until(lambda: held_agents(marks), 180, "the agent to hold at step 3")
         wait_until(async_result_arrived, 60, "step 2's ASYNC result")
+        wait_until(result_written_and_lock_free, 60, "step 2's result in the inbox file")
         holder = get_task(task_id).worker
         with session_scope() as s:
             beat = s.get(WorkerBeat, holder)
