@@ -69,15 +69,17 @@ def _team_task_run(client: Any, task_id: str) -> Any:
     return run
 
 
-def _logs(client: Any, run_id: Any, wanted: str) -> list[str]:
-    """The run's log messages, once one containing `wanted` arrived (logs are sent in batches)."""
+def _logs(client: Any, run_id: Any, *wanted: str) -> list[str]:
+    """The run's log messages, once a message starting with each of `wanted` arrived, or
+    after a minute (logs are sent in batches, and not always in the order they were made)."""
     deadline = time.monotonic() + 60
     while True:
         logs = client.read_logs(
             log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])), limit=200
         )
         messages = [log.message for log in logs]
-        if any(wanted in m for m in messages) or time.monotonic() > deadline:
+        arrived = all(any(m.startswith(w) for m in messages) for w in wanted)
+        if arrived or time.monotonic() > deadline:
             return messages
         time.sleep(0.2)
 
@@ -128,14 +130,15 @@ def test_a_denied_plan_is_revised_approved_and_the_task_completes(home: Path) ->
     with get_client(sync_client=True) as client:
         run = _team_task_run(client, task_id)
         assert run.state.type.value == "COMPLETED"
-        logs = _logs(client, run.id, "analyst-2 step 4")
-        for line in (
+        lines = (
             "analyst-1 step 1: request_plan_approval",
             "analyst-1 step 2: request_plan_approval",
             "analyst-1 step 3: analyze_sales",
             "analyst-2 step 1: cross_reference_satisfaction ASYNC",
             "analyst-2 step 4: no actions (SUCCESS stop)",
-        ):
+        )
+        logs = _logs(client, run.id, *lines)
+        for line in lines:
             assert any(m.startswith(line) for m in logs), (line, logs)
         assert not any("Traceback" in m for m in logs)
 
@@ -209,7 +212,9 @@ def test_denied_up_to_the_limit_the_member_stops_with_a_reason_and_the_run_fails
         run = _team_task_run(client, task_id)
         assert run.state.type.value == "FAILED"
         assert run.state.message == f"analyst-1 failed at step 3: {error}"
-        logs = _logs(client, run.id, "analyst-1 failed at step 3")
+        logs = _logs(
+            client, run.id, "analyst-1 failed at step 3", "analyst-1 step 2: request_plan_approval"
+        )
         assert any(m == f"analyst-1 failed at step 3: {error}" for m in logs), logs
         assert any(m.startswith("analyst-1 step 2: request_plan_approval") for m in logs)
         assert not any("Traceback" in m for m in logs)
