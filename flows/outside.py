@@ -13,7 +13,6 @@ task freed) fails its part. The run stays Running while it waits, and looks at t
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from prefect import get_run_logger
 from prefect.input import RunInput
 from pydantic import Field
 
+from flows.reported import waits_over
 from flows.steps import Work, alive, member_status, work_on
 from flows.waits import can_suspend, suspend_for_input
 from models.settings import get_settings
@@ -219,29 +219,6 @@ async def await_report(info: dict[str, Any], name: str) -> Work:
 # --- resuming suspended runs whose wait is over ---------------------------------------------
 
 
-def _waits_over(pairs: list[tuple[str, str]]) -> list[str]:
-    """Those of the (run id, task id) pairs whose task no longer waits for an outside
-    member's report: closed, freed, or a member of it stopped."""
-    from models import team as teams
-    from models.db import session_scope
-    from models.task import get_task
-
-    over = []
-    with session_scope() as s:
-        for run_id, task_id in pairs:
-            try:
-                row = get_task(task_id, session=s)
-            except ValueError:
-                over.append(run_id)  # the task is gone: the run ends saying so
-                continue
-            names = [a.assignee_id for a in row.assignees]
-            members = {m.name: m for m in teams.list_members(row.team or "", session=s)}
-            stopped = any(n not in members or not members[n].is_active for n in names)
-            if row.status != "in_progress" or not names or stopped:
-                over.append(run_id)
-    return over
-
-
 async def resume_reported_runs(
     task_ids: Collection[str] | None = None, team: str | None = None
 ) -> int:
@@ -283,20 +260,5 @@ async def resume_reported_runs(
         pairs = [p for p in pairs if p[1] in wanted]
     if not pairs:
         return 0
-    over = await anyio.to_thread.run_sync(_waits_over, pairs)
+    over = await anyio.to_thread.run_sync(waits_over, pairs)
     return await waits.resume_suspended(over) if over else 0
-
-
-def resume_reported(task_ids: Collection[str] | None, team: str | None = None) -> int | None:
-    """`resume_reported_runs`, from code that is not async (MCP's tools, the CLI). None when
-    no Prefect server answers: teamflow's clock (`flows.timers`) resumes them later."""
-    from flows import runner
-
-    try:
-        with runner.connected() as api:
-            if runner.probe(api, timeout=1.0) != "prefect":
-                return None
-            return anyio.run(lambda: resume_reported_runs(task_ids, team))
-    except Exception as exc:  # the report is recorded; resuming is only sooner this way
-        logging.getLogger(__name__).warning("resuming runs of %s: %s", task_ids, exc)
-        return None

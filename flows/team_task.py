@@ -50,6 +50,7 @@ from flows.runner import task_run_tags
 from flows.steps import Work
 from models import inbox
 from models import team as teams
+from models.assignment import notify, task_info
 from models.base import utcnow
 from models.db import session_scope
 from models.dependencies import set_reason
@@ -81,24 +82,6 @@ class TaskFailed(Exception):
 # --- tasks: every read and write ------------------------------------------------------------
 
 
-def _task_info(task_id: str, session: Any = None) -> dict[str, Any]:
-    row = get_task(task_id, session=session)
-    return {
-        "id": str(row.id),
-        "team": row.team,
-        "title": row.title,
-        "description": row.description,
-        "status": row.status,
-        "priority": row.priority,
-        "deadline": row.deadline.isoformat() if row.deadline else None,
-        "params": row.params or {},
-        "creator": row.creator_id,
-        "assignees": [a.assignee_id for a in row.assignees],
-        "attempt": row.attempt,
-        "lease": None,
-    }
-
-
 def claim(task_id: str, lease: int | None = None) -> tuple[dict[str, Any], bool, int]:
     """Loads the task and claims it (pending -> in_progress, so of several runs exactly one
     works it, taking the task's next lease); the claimant sends each assignee a `001`
@@ -113,7 +96,7 @@ def claim(task_id: str, lease: int | None = None) -> tuple[dict[str, Any], bool,
 
     run_id, worker = run_identity()
     with session_scope() as s:
-        info = _task_info(task_id, session=s)
+        info = task_info(task_id, session=s)
         if lease is not None:
             claimed = task_lease.take(task_id, lease, run_id, worker, session=s)
             info["reason"] = None
@@ -163,34 +146,6 @@ def tell_assignees(info: dict[str, Any]) -> None:
     """`notify`, in a transaction of its own."""
     with session_scope() as s:
         notify(info, lead=teams.get_team(info["team"], session=s).lead, session=s)
-
-
-def notify(info: dict[str, Any], *, lead: str, session: Any = None) -> list[str]:
-    """Sends each assignee a `001` task_assignment notification from the lead."""
-    payload: dict[str, Any] = {
-        "task_id": info["id"],
-        "task_description": info["description"] or info["title"],
-        "priority": info["priority"] or "normal",
-        "context": {"title": info["title"], "params": info["params"]},
-    }
-    if info["deadline"]:
-        payload["deadline"] = info["deadline"]
-    rows = inbox.send_many(
-        info["team"],
-        [
-            {
-                "to": name,
-                "sender": lead,
-                "text": payload["task_description"],
-                "summary": f"Task: {info['title']}",
-                "type": "task_assignment",
-                "payload": payload,
-            }
-            for name in info["assignees"]
-        ],
-        session=session,
-    )
-    return [row.message_id for row in rows]
 
 
 def record_execution(info: dict[str, Any], work: Work, session: Any) -> None:

@@ -145,6 +145,8 @@ def test_a_waiting_run_suspends_and_the_members_report_resumes_it(suspending_pre
         assert task.get_task(given["id"]).status == "in_progress"
         anyio.run(lambda g=given, r=report: _as(alice, "task_update", team_name=TEAM,
                   task_id=g["id"], status=r, result=f"{r}: 3 words"))  # fmt: skip
+        # The report itself resumed the run (`flows.reported`), not teamflow's clock later.
+        assert _run_state(api, run_id)[1] != "Suspended"
         final = wait_until(
             lambda r=run_id: (s := _run_state(api, r))[0] in ("COMPLETED", "FAILED") and s,
             120,

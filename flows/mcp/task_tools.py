@@ -89,7 +89,7 @@ def task_update(
     completes, the tasks it blocked and that are now free start (or their owners are told).
     Returns the task as it now stands, and "started": the tasks that became ready.
     """
-    from flows.outside import resume_reported
+    from flows.reported import resume_reported
     from models.db import session_scope
     from models.task_edit import TaskChanges, find_task, task_views, update_task
 
@@ -134,13 +134,13 @@ def _start(task_id: str, team: str, *, owner_changed: bool) -> dict[str, Any] | 
     reachable), its assignees are told directly, so outside members can still work."""
     from flows import runner
     from flows.dependencies import runtime_usable
-    from flows.team_task import _task_info, notify
     from models import team as teams
+    from models.assignment import notify, task_info
     from models.db import session_scope
     from models.dependencies import open_blockers
 
     with session_scope() as s:
-        info = _task_info(task_id, session=s)
+        info = task_info(task_id, session=s)
         if not info["assignees"] or info["status"] != "pending":
             return None
         if owner_changed and open_blockers(uuid.UUID(task_id), session=s):

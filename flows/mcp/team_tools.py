@@ -318,7 +318,7 @@ def process_shutdown_approved(team_name: str, agent_name: str, ctx: Context) -> 
 
 
 def _stop(team_name: str, agent_name: str, *, forced: bool) -> dict[str, Any]:
-    from flows.outside import resume_reported
+    from flows.reported import resume_reported
     from flows.spawn import kill_pane
     from models import team as teams
     from models.db import session_scope
