@@ -1,5 +1,5 @@
 """Resuming the suspended `team-task` runs whose outside member reported or stopped, from
-code that does not import Prefect: MCP's tools (`task_update`, a member's stop) and the CLI.
+code that does not import Prefect: MCP's tools (`task_update`, a member's stop).
 
 An outside member's run suspends while it waits for the member's report (`flows.outside`).
 Once the task is closed or freed, or a member of it stopped, the run has nothing left to
