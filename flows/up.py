@@ -16,8 +16,12 @@ A worker, MCP server, REST API or Prefect server that dies (killed, or out of me
 started again, after 1 s,
 then 2 s, 4 s ... up to `RESTART_MAX_SECONDS` while it keeps dying; one that stayed up for
 `STABLE_SECONDS` starts the count again. `teamflow up` says so on its output each time. The
-runs the dead worker held are marked Crashed by the automation, and the watchdog closes
-their tasks as failed, so `teamflow task run ID` can start them again. Stopping is clean
+runs the dead worker held are marked Crashed at once (by the automation only if that
+fails), a watchdog run is started if none runs any more, and the watchdog resumes their
+tasks from their last completed step, or, past `TEAMFLOW_RESUME_ATTEMPTS`, closes them as
+failed, so `teamflow task run ID` can start them again. Every watchdog interval `up` also
+marks Crashed the runs of any worker whose beat in teamflow's database is older than
+`TEAMFLOW_WORKER_ALIVE_SECONDS` (frozen, or dead on another machine). Stopping is clean
 also while the Prefect server is away: every process `teamflow up` started is stopped.
 While its server is restarted the worker keeps running, and the runs waiting in it keep
 waiting. Every process `up` starts is tied to it by the kernel (`PR_SET_PDEATHSIG`): `up`
@@ -338,6 +342,8 @@ def _supervise(state: Up, echo: Callable[[str], None]) -> None:
                 f"starting it again in {wait:g} s"
                 + (f" (its last words: {last_error(child.log)})" if child.name == "server" else "")
             )
+            if child.worker:
+                _end_dead_worker(child, code, echo)
             time.sleep(wait)
             new = _restart(state, child, echo)
             started[id(new or child)] = time.monotonic()
@@ -347,7 +353,41 @@ def _supervise(state: Up, echo: Callable[[str], None]) -> None:
             if new is not child:
                 state.children[index] = new
                 echo(f"  {child.name + ':':<8} restarted, pid {new.process.pid}, {new.detail}")
+                if child.worker:
+                    _watchdog_again(echo)
         time.sleep(0.5)
+
+
+def _end_dead_worker(child: Child, code: int | None, echo: Callable[[str], None]) -> None:
+    """Marks Crashed the runs the dead worker held (`worker_life.end_dead_worker`), so the
+    watchdog resumes their tasks at its next check; said on the output."""
+    from flows.worker_life import end_dead_worker
+
+    try:
+        ended = end_dead_worker(child.worker, child.process.pid, code)
+    except Exception as exc:  # the server or the database away: the watchdog does it later
+        echo(f"  its runs not marked Crashed yet ({_first_line(exc)}); the watchdog will")
+        return
+    if ended:
+        echo(f"  its runs marked Crashed: {', '.join(ended)}")
+
+
+def _first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
+def _watchdog_again(echo: Callable[[str], None]) -> None:
+    """Starts a watchdog run now if none runs (its run died with the worker): the tasks of
+    the dead worker's runs are resumed at once, not at the next window."""
+    from flows.watchdog import run_now_unless_running
+
+    try:
+        started = run_now_unless_running()
+    except Exception as exc:  # the server away: the next window's run comes all the same
+        echo(f"  the watchdog not started again now ({_first_line(exc)})")
+        return
+    if started:
+        echo(f"  no watchdog run was left running: started {started}")
 
 
 def _restart(state: Up, child: Child, echo: Callable[[str], None]) -> Child | None:

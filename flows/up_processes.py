@@ -68,6 +68,8 @@ class Child:
     process: subprocess.Popen[bytes]
     log: Path
     detail: str = ""
+    worker: str = ""
+    """A worker's name (its beats' in teamflow's database)."""
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -321,7 +323,7 @@ def spawn_worker(api: str, home: Path, pool: str = POOL) -> tuple[Child, str]:
             stderr=subprocess.STDOUT, start_new_session=True, cwd=PROJECT_ROOT,
             umask=PRIVATE_UMASK,
         )  # fmt: skip
-    return Child("worker", process, log, detail=f"{name!r} on pool {pool}"), name
+    return Child("worker", process, log, detail=f"{name!r} on pool {pool}", worker=name), name
 
 
 def _wait_for_worker(child: Child, pool: str, name: str) -> None:

@@ -9,7 +9,8 @@ is marked Crashed and the next window's run takes over (the checks pause for at 
 window). One check:
 
 1. asks Prefect which runs died: `team-task` runs that ended Crashed, Failed or Cancelled
-   (the "crash runs without heartbeats" automation marks a dead worker's runs Crashed), and
+   (`teamflow up` marks its dead worker's runs Crashed at once, the "crash runs without
+   heartbeats" automation any other run that went quiet), and
    the runs of open shutdowns and pending plan requests (`models.watchdog.watched_runs`);
 2. lets `models.watchdog.scan` decide: members whose heartbeat is older than the team's
    `offline_after_seconds` go offline (the lead gets a `status_update`), tasks of dead runs
@@ -102,6 +103,34 @@ def schedule_watchdog(every: float | None = None) -> float:
         elif not keep[0].active:
             client.update_deployment_schedule(deployment.id, keep[0].id, active=True)
     return every
+
+
+def run_now_unless_running() -> str | None:
+    """Starts a run of the watchdog deployment now, unless one is Pending or Running: the
+    run of the current window died with its worker (`teamflow up` saw it die), and the
+    checks would pause until the next window (up to 15 minutes). Returns the new run's id."""
+    from prefect.client.orchestration import get_client as sync_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    from flows import runner
+
+    going = FlowRunFilterStateType(any_=[StateType.PENDING, StateType.RUNNING])
+    with sync_client(sync_client=True) as client:
+        deployment = client.read_deployment_by_name(DEPLOYMENT)
+        if client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])),
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=going)),
+            limit=1,
+        ):
+            return None
+    return str(runner.start(DEPLOYMENT, require_worker=False).id)
 
 
 def _dead_run(run: Any, flow_name: str) -> store.DeadRun:

@@ -14,6 +14,11 @@ itself again instead (`flows.waits`). A run that was here while the process stal
 `TEAMFLOW_WORKER_ALIVE_SECONDS` (frozen, say) is not revived: its task may have been resumed
 elsewhere meanwhile, and the step journal's lease stops it before it acts again.
 
+A worker that dies under `teamflow up` has the runs it held marked Crashed as soon as `up`
+sees it die (`end_dead_worker`), not when Prefect's crash automation misses their heartbeats
+(`TEAMFLOW_CRASH_AFTER_SECONDS`, 90 s). A worker frozen, or dead on another machine, is left
+to the automation: only a process known to be gone is taken for dead at once.
+
 On the mirror host (`TEAMFLOW_MIRROR`), a worker also keeps that host's team files current
 with the commits of other machines (`keep_mirroring`, `models.mirror_follow`).
 """
@@ -27,6 +32,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Iterator
+from typing import Any
 
 _name: str | None = None
 _runs: set[str] = set()
@@ -189,3 +195,74 @@ def keep_mirroring(stop: threading.Event) -> threading.Thread | None:
     thread = threading.Thread(target=loop, name="teamflow-mirror-follow", daemon=True)
     thread.start()
     return thread
+
+
+WITH_A_PROCESS = frozenset({"Running", "Paused"})
+"""The states (by name) of a run that lives in its worker's process: a Suspended run (type
+Paused too) has none, and a Pending one is handed back to the pool by the watchdog."""
+
+
+def crash_runs(runs: Collection[str], why: str) -> list[str]:
+    """Marks Crashed each of `runs` that Prefect says is Running or Paused in its process,
+    with the message `why` (the process that held it is gone); returns their ids."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.states import Crashed
+
+    if not runs:
+        return []
+    ids = FlowRunFilterId(any_=[uuid.UUID(r) for r in sorted(runs)])
+    crashed = []
+    with get_client(sync_client=True) as client:
+        for run in client.read_flow_runs(flow_run_filter=FlowRunFilter(id=ids)):
+            if run.state is None or run.state.name not in WITH_A_PROCESS:
+                continue
+            state: Any = Crashed(message=f"Flow run marked as crashed: {why}.")
+            client.set_flow_run_state(run.id, state, force=True)
+            crashed.append(str(run.id))
+    return crashed
+
+
+def end_dead_worker(name: str, pid: int, code: int | None) -> list[str]:
+    """The worker `name` (process `pid`) died with exit `code`, as `teamflow up` saw: the
+    runs it held are marked Crashed now, not when Prefect's crash automation misses their
+    heartbeats (90 s), so the watchdog resumes their tasks at its next check. What it held:
+    the runs its last beat listed, and those it started since (their `infrastructure_pid` is
+    its pid) that no live worker lists."""
+    from models.worker_beat import forget_runs, last_beat, live_runs
+
+    row = last_beat(name)
+    runs = set(row.runs or []) if row is not None else set()
+    runs |= _started_by(pid) - live_runs()
+    ended = crash_runs(runs, f"its worker {name!r} (pid {pid}) died (exit {code})")
+    if row is not None:
+        forget_runs(name, row.beat_at)
+    return ended
+
+
+def _started_by(pid: int) -> set[str]:
+    """The Running or Paused runs of the `teamflow` pool whose process is `pid`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        FlowRunFilter,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+        WorkPoolFilter,
+        WorkPoolFilterName,
+    )
+    from prefect.client.schemas.objects import StateType
+
+    from flows.up_processes import POOL
+
+    types = FlowRunFilterStateType(any_=[StateType.RUNNING, StateType.PAUSED])
+    found: set[str] = set()
+    with get_client(sync_client=True) as client:
+        offset = 0
+        while page := client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(state=FlowRunFilterState(type=types)),
+            work_pool_filter=WorkPoolFilter(name=WorkPoolFilterName(any_=[POOL])),
+            limit=200, offset=offset,
+        ):  # fmt: skip
+            found |= {str(r.id) for r in page if r.infrastructure_pid == str(pid)}
+            offset += len(page)
+    return found

@@ -71,3 +71,25 @@ def live_runs(*, now: datetime | None = None, session: Session | None = None) ->
     with session_scope(session) as s:
         rows = s.exec(select(WorkerBeat).where(WorkerBeat.beat_at >= since))
         return {run for row in rows for run in (row.runs or [])}
+
+
+def last_beat(name: str, *, session: Session | None = None) -> WorkerBeat | None:
+    """Worker `name`'s last beat, if it ever beat."""
+    with session_scope(session) as s:
+        row = s.get(WorkerBeat, name)
+        if row is not None:
+            s.expunge(row)
+        return row
+
+
+def forget_runs(name: str, beat_at: datetime, *, session: Session | None = None) -> bool:
+    """Empties worker `name`'s list of runs, unless it beat again after `beat_at` (a frozen
+    worker thawed: its new list stands). True when emptied."""
+    with session_scope(session) as s:
+        row = s.get(WorkerBeat, name)
+        if row is None or row.beat_at > beat_at:
+            return False
+        row.runs = []
+        s.add(row)
+        s.flush()
+        return True

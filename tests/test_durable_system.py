@@ -183,10 +183,11 @@ def test_a_worker_killed_mid_task_is_resumed_and_each_tool_call_ran_once(
     up_env: dict[str, str], tmp_path: Path
 ) -> None:
     """kill -9 of the worker while the member's agent thinks about step 3 (steps 1 and 2
-    done, step 2's ASYNC result delivered): the crash automation marks the run Crashed, the
-    watchdog resumes the task in a new run (in the worker `up` started again), which goes on
-    from step 3: steps 1 and 2 are neither asked for again nor run again. Each step's line
-    is in the file exactly once, and `task show` counts the resume."""
+    done, step 2's ASYNC result delivered): `up` marks the run Crashed as it restarts the
+    worker (the test waits less than the automation's 45 s), the watchdog resumes the task
+    in a new run (in the worker `up` started again), which goes on from step 3: steps 1
+    and 2 are neither asked for again nor run again. Each step's line is in the file
+    exactly once, and `task show` counts the resume."""
     env, api = up_env, up_env["PREFECT_API_URL"]
     log = tmp_path / "up.log"
     process = start(["up"], env, log)
@@ -226,6 +227,7 @@ def test_a_worker_killed_mid_task_is_resumed_and_each_tool_call_ran_once(
         assert "resumed (1 of 3)" in data["reason"]
         first = flow_run(api, run_id)
         assert first.state.is_crashed(), first.state
+        assert f"(pid {worker_pid}) died (exit -9)" in first.state.message
         resume = flow_run(api, data["run_id"])
         assert resume.state.is_completed() and "resume" in resume.tags, resume.state
         assert resume.name.endswith("resume 1"), resume.name

@@ -171,3 +171,48 @@ def test_a_run_the_worker_took_but_is_still_starting_is_not_handed_back(
         assert state_of(run_id).type.value == "SCHEDULED"
     finally:
         worker_life.set_taken_runs(frozenset)
+
+
+def _beat_as(name: str, runs: list[str], seconds_ago: float) -> None:
+    """Worker `name`'s last beat, `seconds_ago`, listing `runs`."""
+    from datetime import timedelta
+
+    from models.base import utcnow
+    from models.worker_beat import beat
+
+    beat(name, 4242, "elsewhere", runs)
+    with session_scope() as s:
+        row = s.get(WorkerBeat, name)
+        assert row is not None
+        row.beat_at = utcnow() - timedelta(seconds=seconds_ago)
+        s.add(row)
+
+
+def runs_listed(name: str) -> list[str]:
+    with session_scope() as s:
+        row = s.get(WorkerBeat, name)
+        return list(row.runs) if row is not None else []
+
+
+def test_the_runs_a_dead_worker_listed_are_marked_crashed_with_its_exit(
+    prefect_api: str, db_url: str
+) -> None:
+    """What `teamflow up` does when its worker dies (`end_dead_worker`): the runs of its last
+    beat Crashed at once, with its pid and exit code; a run it did not list stays Running."""
+    release = threading.Event()
+    dead_run, (dead_id,) = busy_run(release)
+    other_run, (other_id,) = busy_run(release)
+    try:
+        wait_until(lambda: state_of(dead_id).is_running(), 60, "the run to be Running")
+        wait_until(lambda: state_of(other_id).is_running(), 60, "the run to be Running")
+        _beat_as("w-dead", [dead_id], seconds_ago=1)
+        assert worker_life.end_dead_worker("w-dead", 4242, -9) == [dead_id]
+        state = state_of(dead_id)
+        assert state.is_crashed() and "its worker 'w-dead' (pid 4242) died (exit -9)" in (
+            state.message
+        ), state
+        assert runs_listed("w-dead") == [] and state_of(other_id).is_running()
+    finally:
+        release.set()
+    dead_run.thread.join(60)
+    other_run.result(60)
