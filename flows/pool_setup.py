@@ -53,14 +53,32 @@ def ensure_pool(name: str = POOL) -> bool:
         return True
 
 
-def deploy(api: str, home: Path) -> list[str]:
-    """Registers every deployment of `prefect.yaml` (`prefect deploy --all`); returns them."""
+DEPLOYED_VARIABLE = "teamflow_deployments"
+"""The Prefect variable in which `deploy` leaves what it registered, and from which sources."""
+
+
+def deploy(api: str, home: Path) -> tuple[list[str], bool]:
+    """Registers every deployment of `prefect.yaml` (`prefect deploy --all`) unless the
+    server holds them from this very `prefect.yaml` and teamflow source already; returns
+    them, and whether they were registered now.
+
+    `prefect deploy` costs a process of its own, about 7 s of CPU and wall time on a 2-core
+    machine, at every start of `teamflow up`. What it registers depends only on
+    `prefect.yaml`, the flows' source (their parameters) and where teamflow is checked out
+    (the runs' working directory): their fingerprint is kept in the server's variable
+    `teamflow_deployments` beside the names registered. A deployment deleted since, or any
+    change to those files, registers them all again.
+    """
     prefect_file = PROJECT_ROOT / "prefect.yaml"
     if not prefect_file.exists():
         raise UpError(
             f"no prefect.yaml in {PROJECT_ROOT}; install teamflow from its source tree "
             "(pip install -e .) so its deployments can be registered"
         )
+    stamp = sources_fingerprint(prefect_file)
+    registered = _registered(stamp)
+    if registered is not None:
+        return registered, False
     log = log_path(home, "deploy.log")
 
     def once() -> list[str]:
@@ -78,7 +96,7 @@ def deploy(api: str, home: Path) -> list[str]:
     # A busy server on SQLite answers 503 now and then; deploying again is harmless: it
     # updates in place. The subprocess's error is text: `transient_text` reads it.
     try:
-        return retrying(
+        names = retrying(
             "`prefect deploy --all`",
             once,
             transient=lambda exc: (
@@ -90,6 +108,51 @@ def deploy(api: str, home: Path) -> list[str]:
         raise UpError(f"{exc}; see {log}") from None
     except _DeployFailed as exc:
         raise UpError(f"`prefect deploy --all` failed: {exc}; see {log}") from None
+    _remember(stamp, names)
+    return names, True
+
+
+def sources_fingerprint(prefect_file: Path) -> str:
+    """A digest of what `prefect deploy --all` registers from: Prefect's version, where
+    teamflow is checked out, `prefect_file`, and the source of `flows/` and `models/`."""
+    import hashlib
+
+    import prefect
+
+    digest = hashlib.sha256(f"{prefect.__version__}\0{PROJECT_ROOT}\0".encode())
+    digest.update(prefect_file.read_bytes())
+    for path in sorted([*PROJECT_ROOT.glob("flows/**/*.py"), *PROJECT_ROOT.glob("models/**/*.py")]):
+        digest.update(f"\0{path.relative_to(PROJECT_ROOT)}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _registered(stamp: str) -> list[str] | None:
+    """The deployments registered from sources of fingerprint `stamp`, if the server holds
+    each of them still; None if they must be registered."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        kept = client.read_variable_by_name(DEPLOYED_VARIABLE)
+    value = kept.value if kept is not None else None
+    if not isinstance(value, dict) or value.get("stamp") != stamp:
+        return None
+    names = value.get("deployments")
+    if not isinstance(names, list) or not names:
+        return None
+    return names if set(names) <= set(pool_deployments()) else None
+
+
+def _remember(stamp: str, names: list[str]) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import VariableCreate, VariableUpdate
+
+    value = {"stamp": stamp, "deployments": names}
+    with get_client(sync_client=True) as client:
+        if client.read_variable_by_name(DEPLOYED_VARIABLE) is None:
+            client.create_variable(VariableCreate(name=DEPLOYED_VARIABLE, value=value))
+        else:
+            client.update_variable(VariableUpdate(name=DEPLOYED_VARIABLE, value=value))
 
 
 class _DeployFailed(RuntimeError):

@@ -5,9 +5,11 @@ If no Prefect server answers at `PREFECT_API_URL` (default `http://127.0.0.1:420
 (SQLite) unless `PREFECT_API_DATABASE_CONNECTION_URL` says otherwise. A server that answers
 already is reused, so a second `teamflow up` adds a worker instead of failing on the port.
 Then it creates the `teamflow` process work pool, registers every deployment of
-`prefect.yaml` (`prefect deploy --all`), installs the automation that marks runs Crashed
-when their heartbeats stop, schedules the `watchdog` (every 30 s, `TEAMFLOW_WATCHDOG_EVERY`),
-starts a teamflow worker and the MCP server over streamable HTTP (`teamflow mcp --http` on
+`prefect.yaml` (`prefect deploy --all`; not again while the server holds them from the same
+`prefect.yaml` and teamflow source, `flows.pool_setup.deploy`), installs the automation that
+marks runs Crashed when their heartbeats stop, schedules the `watchdog` (every 30 s,
+`TEAMFLOW_WATCHDOG_EVERY`), starts a teamflow worker and the MCP server over streamable HTTP
+(`teamflow mcp --http` on
 `TEAMFLOW_MCP_PORT`, default 4310; reused if one answers there already) and the REST API
 (`teamflow api` on `TEAMFLOW_API_PORT`, default 4300; reused likewise), and applies
 teamflow's own migrations. Ctrl-C or SIGTERM stops what it started, the MCP server first.
@@ -211,8 +213,12 @@ def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) ->
                 )
             if _while_busy("creating the work pool", ensure_pool):
                 echo(f"created the work pool {POOL!r}")
-            names = deploy(api, home)
-            echo(f"registered {len(names)} deployment(s): {', '.join(names)}")
+            names, now = deploy(api, home)
+            if now:
+                echo(f"registered {len(names)} deployment(s): {', '.join(names)}")
+            else:
+                echo(f"the {len(names)} deployment(s) are registered from this prefect.yaml "
+                     f"and source already: {', '.join(names)}")  # fmt: skip
             _while_busy("installing the crash automation", ensure_crash_automation)
             echo(f"installed the automation {CRASH_AUTOMATION!r}")
             every = _while_busy(

@@ -94,11 +94,13 @@ def _empty_tables(url: str) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _prefect_db_template(tmp_path_factory: pytest.TempPathFactory) -> None:
     """One migrated Prefect database for the run, which the servers tests start copy
-    (`prefect_server.seed_prefect_db`): in the folder all xdist workers of the run share."""
+    (`prefect_server.seed_prefect_db`): in the folder all xdist workers of the run share,
+    and the benchmarks they run (`benchmarks/`, which start servers with `prefect_server`)."""
     import prefect_server
 
     base = tmp_path_factory.getbasetemp()
     prefect_server.TEMPLATE_DIR = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    os.environ[prefect_server.TEMPLATE_VARIABLE] = str(prefect_server.TEMPLATE_DIR)
 
 
 @pytest.fixture(scope="session")

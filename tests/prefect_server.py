@@ -29,10 +29,13 @@ from flows.up import UP_LAST_LINE
 ROOT = Path(__file__).resolve().parent.parent
 
 # Where the test run keeps one Prefect database migrated to head, its block types registered
-# (set by conftest; None: each server migrates its own, as for a user). Prefect's migrations
-# cost a server start about 5 s of CPU, its block registration 1.4 s, and a run of the suite
-# starts some sixty servers.
-TEMPLATE_DIR: Path | None = None
+# (set by conftest, and for the benchmarks a test runs by TEMPLATE_VARIABLE; None: each
+# server migrates its own, as for a user). Prefect's migrations cost a server start about
+# 5 s of CPU, its block registration 1.4 s, and a run of the suite starts some sixty servers.
+TEMPLATE_VARIABLE = "TEAMFLOW_TEST_PREFECT_TEMPLATE_DIR"
+TEMPLATE_DIR: Path | None = (
+    Path(os.environ[TEMPLATE_VARIABLE]) if os.environ.get(TEMPLATE_VARIABLE) else None
+)
 
 # A server on a copy of the template: its block types are there already.
 _SEEDED_SERVER_ENV = {"PREFECT_SERVER_REGISTER_BLOCKS_ON_START": "false"}
@@ -352,20 +355,72 @@ def with_the_tests(*, sigint_ignored: bool = False) -> Any:
     return preexec
 
 
-def seed_prefect_db(path: Path) -> bool:
+def seed_prefect_db(path: Path, *, deployed: bool = False) -> bool:
     """Copies the run's migrated Prefect database to `path` (SQLite, mode 0600 as `up`
     makes it), unless a database is there or no template dir is set; whether the database
     at `path` comes from the template (a copy made now or before). The template is made
     once for the run (every xdist worker shares it) with `prefect server database upgrade`
     and Prefect's block registration, so a server started on the copy finds its schema at
-    head and its block types there, and need not register them (`_SEEDED_SERVER_ENV`)."""
-    import fcntl
+    head and its block types there, and need not register them (`_SEEDED_SERVER_ENV`).
+    `deployed`: the template that also holds what `teamflow up` registers (`_deployed_template`)."""
     import shutil
 
     if TEMPLATE_DIR is None:
         return False
     if path.exists():
         return True
+    template = _deployed_template() if deployed else _template()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, path)
+    path.chmod(0o600)
+    return True
+
+
+# Registers the `teamflow` work pool and the deployments as `teamflow up` does.
+_DEPLOY = """
+import os
+from pathlib import Path
+from flows.pool_setup import deploy, ensure_pool
+ensure_pool()
+deploy(os.environ["PREFECT_API_URL"], Path(os.environ["TEAMFLOW_HOME"]))
+"""
+
+
+def _deployed_template() -> Path:
+    """The template with the `teamflow` work pool and deployments registered by `teamflow
+    up`'s own step (`flows.pool_setup.deploy`, once for the run): a test's `teamflow up` on
+    a copy finds them registered from the same sources and skips `prefect deploy` (7 s of
+    CPU an `up`), as a user's second `up` does."""
+    import fcntl
+    import shutil
+    import sqlite3
+
+    assert TEMPLATE_DIR is not None
+    template = TEMPLATE_DIR / "prefect-deployed-template.db"
+    with (TEMPLATE_DIR / "prefect-deployed-template.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not template.exists():
+            work = TEMPLATE_DIR / "prefect-deployed-template"
+            shutil.rmtree(work, ignore_errors=True)
+            with prefect_server(work, env={"PREFECT_UI_ENABLED": "false"}) as server:
+                subprocess.run(
+                    [sys.executable, "-c", _DEPLOY],
+                    env=server.env, cwd=ROOT, check=True, capture_output=True, timeout=300,
+                )  # fmt: skip
+            made = sqlite3.connect(work / "prefect.db")
+            try:  # the server has stopped: everything in the file, no write-ahead log
+                made.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                made.close()
+            (work / "prefect.db").rename(template)
+            shutil.rmtree(work, ignore_errors=True)
+    return template
+
+
+def _template() -> Path:
+    import fcntl
+
+    assert TEMPLATE_DIR is not None
     template = TEMPLATE_DIR / "prefect-template.db"
     with (TEMPLATE_DIR / "prefect-template.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -382,10 +437,7 @@ def seed_prefect_db(path: Path) -> bool:
                     env=env, check=True, capture_output=True, timeout=300,
                 )  # fmt: skip
             made.rename(template)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(template, path)
-    path.chmod(0o600)
-    return True
+    return template
 
 
 def restart(server: Server) -> None:
@@ -414,12 +466,18 @@ def start(
 
     It starts with SIGINT's default action, however the tests were started (a test run
     started in the background ignores SIGINT), unless `sigint_ignored`. `teamflow up` on
-    its own SQLite database finds it migrated (`seed_prefect_db`)."""
+    its own SQLite database finds it migrated, with its deployments registered
+    (`seed_prefect_db`)."""
     database = env.get("PREFECT_API_DATABASE_CONNECTION_URL") or env.get(
         "PREFECT_SERVER_DATABASE_CONNECTION_URL"
     )
     home = env.get("TEAMFLOW_HOME")
-    if args[:1] == ["up"] and not database and home and seed_prefect_db(Path(home) / "prefect.db"):
+    if (
+        args[:1] == ["up"]
+        and not database
+        and home
+        and seed_prefect_db(Path(home) / "prefect.db", deployed=True)
+    ):
         env = {**_SEEDED_SERVER_ENV, **env}
     with log.open("ab") as out:
         return subprocess.Popen(

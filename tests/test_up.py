@@ -10,6 +10,7 @@ import base64
 import http.server
 import json
 import os
+import re
 import signal
 import threading
 from collections.abc import Iterator
@@ -43,7 +44,7 @@ from prefect_server import (
 )
 from teamflow_workers import postgres_databases
 
-from flows import runner, up_processes
+from flows import pool_setup, runner, up_processes
 from flows import up as bring_up
 from flows.alerts import DEPLOYMENT
 from models import db, inbox, membership
@@ -130,6 +131,10 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
         output = wait_for_up(first, tmp_path / "up-1.log")
         pids = started_pids(output)
         assert len(pids) == 4  # the server, the worker, the MCP server and the REST API
+        # Its Prefect database (the suite's template) holds the deployments `up` registers,
+        # from these very sources: no `prefect deploy` this time.
+        assert "deployment(s) are registered from this prefect.yaml and source already" in output
+        assert not (Path(env["TEAMFLOW_HOME"]) / "logs" / "deploy.log").exists()
         assert f"UI:      http://127.0.0.1:{port}" in output
         mcp_url = f"http://127.0.0.1:{env['TEAMFLOW_MCP_PORT']}/mcp"
         assert f"MCP:     {mcp_url}" in output
@@ -321,6 +326,21 @@ def test_up_on_postgresql_runs_the_alert_deployment_to_completion(
             output = wait_for_up(process, tmp_path / "up.log")
             pids = started_pids(output)
             assert f"database {db.redact(prefect_url)}" in output
+            # A new Prefect database: `prefect deploy --all` registers the deployments, and
+            # they are what a later `up` finds; unless one of them is gone, or the sources
+            # differ from those they were registered from.
+            registered = re.search(r"registered (\d+) deployment\(s\): (.*)", output)
+            assert registered is not None, output
+            names = registered[2].split(", ")
+            assert len(names) == int(registered[1]) and "team-task/team-task" in names
+            stamp = pool_setup.sources_fingerprint(up_processes.PROJECT_ROOT / "prefect.yaml")
+            with talk_to(env["PREFECT_API_URL"]):
+                assert pool_setup._registered(stamp) == names
+                assert pool_setup._registered(stamp[::-1]) is None
+                with get_client(sync_client=True) as client:
+                    gone = client.read_deployment_by_name("shutdown-member/shutdown-member")
+                    client.delete_deployment(gone.id)
+                assert pool_setup._registered(stamp) is None  # `up` would deploy again
             research_team()
             with talk_to(env["PREFECT_API_URL"]):
                 started = runner.start(DEPLOYMENT, alert(1))
