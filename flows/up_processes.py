@@ -234,7 +234,9 @@ def check_credentials(api: str) -> None:
         import base64
 
         headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
-    response = httpx.get(f"{api}/admin/version", headers=headers, timeout=5)
+    response = httpx.get(
+        f"{api}/admin/version", headers=headers, timeout=5, verify=runner.tls_context()
+    )
     if response.status_code == 401:
         raise UpError(
             f"the Prefect server at {api} requires an auth string; "
@@ -392,7 +394,9 @@ def probe_mcp(url: str, timeout: float = 2.0) -> str:
     }  # fmt: skip
     headers = {"Accept": "application/json, text/event-stream"}
     try:
-        response = httpx.post(url, json=hello, headers=headers, timeout=timeout)
+        response = httpx.post(
+            url, json=hello, headers=headers, timeout=timeout, verify=runner.tls_context()
+        )
     except httpx.ConnectError:
         return "none"
     except httpx.HTTPError as exc:
@@ -453,7 +457,7 @@ def probe_rest(url: str, timeout: float = 2.0) -> str:
 
     schema = url.removesuffix("/").removesuffix("/api/v1") + "/openapi.json"
     try:
-        response = httpx.get(schema, timeout=timeout)
+        response = httpx.get(schema, timeout=timeout, verify=runner.tls_context())
     except httpx.ConnectError:
         return "none"
     except httpx.HTTPError as exc:

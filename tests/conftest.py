@@ -173,6 +173,18 @@ _LONGEST_FIRST = (
 )
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The controller (or the only test process), at the end of the run: the PostgreSQL
+    template databases the run made are dropped (`prefect_server.postgres_template`)."""
+    import prefect_server
+
+    # The run's base temp folder, which xdist gives its workers (`popen-gwN` in it) and in
+    # which they keep the templates (`_prefect_db_template`): pytest's, as xdist reads it.
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if not hasattr(session.config, "workeroutput") and factory is not None:
+        prefect_server.drop_postgres_templates(factory.getbasetemp())
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Orders the suite for `make test`'s scheduler (`--dist loadfile

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from flows import runner
 from flows.up import UP_LAST_LINE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -129,7 +130,8 @@ def _session_pids(sid: int) -> list[int]:
 
 def healthy(api: str) -> bool:
     try:
-        return httpx.get(f"{api}/health", timeout=1).text.strip() == "true"
+        answer = httpx.get(f"{api}/health", timeout=1, verify=runner.tls_context())
+        return answer.text.strip() == "true"
     except httpx.HTTPError:
         return False
 
@@ -438,6 +440,64 @@ def _template() -> Path:
                 )  # fmt: skip
             made.rename(template)
     return template
+
+
+def postgres_template(admin_url: str) -> str | None:
+    """The name of the run's migrated Prefect database (block types registered) on the
+    PostgreSQL of `admin_url`, made on first use; None without a template dir (a benchmark
+    run by hand). `CREATE DATABASE ... TEMPLATE` copies it in a fraction of a second, where
+    a server's migrations on a new database cost seconds of CPU. The controller drops it at
+    the end of the run (`drop_postgres_templates`)."""
+    import fcntl
+    import hashlib
+    import uuid
+
+    import sqlalchemy as sa
+
+    if TEMPLATE_DIR is None:
+        return None
+    key = hashlib.sha256(admin_url.encode()).hexdigest()[:10]
+    marker = TEMPLATE_DIR / f"prefect-template-postgres-{key}"
+    with (TEMPLATE_DIR / "prefect-template-postgres.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            return marker.read_text().splitlines()[1]
+        url = sa.make_url(admin_url)
+        name = f"tf_prefect_template_{uuid.uuid4().hex[:10]}"
+        admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+        finally:
+            admin.dispose()
+        marker.write_text(f"{admin_url}\n{name}\n")  # dropped at the end, made or not
+        env = base_env(TEMPLATE_DIR, "http://127.0.0.1:9/api")
+        env["PREFECT_API_DATABASE_CONNECTION_URL"] = url.set(
+            drivername="postgresql+asyncpg", database=name
+        ).render_as_string(hide_password=False)
+        for command in (
+            ["-m", "prefect", "server", "database", "upgrade", "-y"],
+            ["-c", _REGISTER_BLOCKS],
+        ):
+            subprocess.run(
+                [sys.executable, *command], env=env, check=True, capture_output=True, timeout=300
+            )
+        return name
+
+
+def drop_postgres_templates(template_dir: Path) -> None:
+    """Drops the PostgreSQL templates `postgres_template` made in `template_dir`."""
+    import sqlalchemy as sa
+
+    for marker in template_dir.glob("prefect-template-postgres-*"):
+        admin_url, name = marker.read_text().splitlines()[:2]
+        admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+        try:
+            with admin.connect() as conn:
+                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        finally:
+            admin.dispose()
+        marker.unlink()
 
 
 def restart(server: Server) -> None:

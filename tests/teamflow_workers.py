@@ -34,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from prefect_server import ROOT, Server, start, stop, wait_until
+from prefect_server import ROOT, Server, postgres_template, start, stop, wait_until
+
+from flows.runner import tls_context
 
 POOL = "teamflow"
 
@@ -120,7 +122,9 @@ class Worker:
 
 def online_workers(api: str, pool: str = POOL) -> set[str]:
     """The names of the workers the server sees online in `pool`."""
-    response = httpx.post(f"{api}/work_pools/{pool}/workers/filter", json={}, timeout=10)
+    response = httpx.post(
+        f"{api}/work_pools/{pool}/workers/filter", json={}, timeout=10, verify=tls_context()
+    )
     response.raise_for_status()
     return {w["name"] for w in response.json() if w.get("status") == "ONLINE"}
 
@@ -193,10 +197,12 @@ def postgres_databases(admin_url: str) -> Iterator[tuple[str, str]]:
     url = sa.make_url(admin_url)
     name = f"tf_prefect_{uuid.uuid4().hex[:10]}"
     schema = f"tf_workers_{uuid.uuid4().hex[:10]}"
+    template = postgres_template(admin_url)  # migrated: the server's start skips migrating
     admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
     try:
         with admin.connect() as conn:
-            conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+            copy = f' TEMPLATE "{template}"' if template else ""
+            conn.execute(sa.text(f'CREATE DATABASE "{name}"{copy}'))
             conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
         prefect_url = url.set(drivername="postgresql+asyncpg", database=name)
         teamflow_url = url.update_query_dict({"options": f"-csearch_path={schema}"})
