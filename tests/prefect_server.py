@@ -428,16 +428,7 @@ def _template() -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not template.exists():
             made = TEMPLATE_DIR / "prefect-template.db.new"
-            env = base_env(TEMPLATE_DIR, "http://127.0.0.1:9/api")
-            env["PREFECT_API_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{made}"
-            for command in (
-                ["-m", "prefect", "server", "database", "upgrade", "-y"],
-                ["-c", _REGISTER_BLOCKS],
-            ):
-                subprocess.run(
-                    [sys.executable, *command],
-                    env=env, check=True, capture_output=True, timeout=300,
-                )  # fmt: skip
+            _migrate(f"sqlite+aiosqlite:///{made}")
             made.rename(template)
     return template
 
@@ -462,41 +453,44 @@ def postgres_template(admin_url: str) -> str | None:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if marker.exists():
             return marker.read_text().splitlines()[1]
-        url = sa.make_url(admin_url)
         name = f"tf_prefect_template_{uuid.uuid4().hex[:10]}"
-        admin = sa.create_engine(url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
-        try:
-            with admin.connect() as conn:
-                conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-        finally:
-            admin.dispose()
+        _as_admin(admin_url, f'CREATE DATABASE "{name}"')
         marker.write_text(f"{admin_url}\n{name}\n")  # dropped at the end, made or not
-        env = base_env(TEMPLATE_DIR, "http://127.0.0.1:9/api")
-        env["PREFECT_API_DATABASE_CONNECTION_URL"] = url.set(
-            drivername="postgresql+asyncpg", database=name
-        ).render_as_string(hide_password=False)
-        for command in (
-            ["-m", "prefect", "server", "database", "upgrade", "-y"],
-            ["-c", _REGISTER_BLOCKS],
-        ):
-            subprocess.run(
-                [sys.executable, *command], env=env, check=True, capture_output=True, timeout=300
-            )
+        url = sa.make_url(admin_url).set(drivername="postgresql+asyncpg", database=name)
+        _migrate(url.render_as_string(hide_password=False))
         return name
+
+
+def _as_admin(admin_url: str, statement: str) -> None:
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
+    try:
+        with admin.connect() as conn:
+            conn.execute(sa.text(statement))
+    finally:
+        admin.dispose()
+
+
+def _migrate(database_url: str) -> None:
+    """Prefect's migrations and block types in the database at `database_url`."""
+    assert TEMPLATE_DIR is not None
+    env = base_env(TEMPLATE_DIR, "http://127.0.0.1:9/api")
+    env["PREFECT_API_DATABASE_CONNECTION_URL"] = database_url
+    for command in (
+        ["-m", "prefect", "server", "database", "upgrade", "-y"],
+        ["-c", _REGISTER_BLOCKS],
+    ):
+        subprocess.run(
+            [sys.executable, *command], env=env, check=True, capture_output=True, timeout=300
+        )
 
 
 def drop_postgres_templates(template_dir: Path) -> None:
     """Drops the PostgreSQL templates `postgres_template` made in `template_dir`."""
-    import sqlalchemy as sa
-
     for marker in template_dir.glob("prefect-template-postgres-*"):
         admin_url, name = marker.read_text().splitlines()[:2]
-        admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.NullPool)
-        try:
-            with admin.connect() as conn:
-                conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        finally:
-            admin.dispose()
+        _as_admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         marker.unlink()
 
 
