@@ -6,6 +6,7 @@ Each step may be run again: it leaves what exists as it is, or updates it in pla
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -114,15 +115,21 @@ def deploy(api: str, home: Path) -> tuple[list[str], bool]:
 
 def sources_fingerprint(prefect_file: Path) -> str:
     """A digest of what `prefect deploy --all` registers from: Prefect's version, where
-    teamflow is checked out, `prefect_file`, and the source of `flows/` and `models/`."""
+    teamflow is checked out, `prefect_file`, the source of `flows/` and `models/`, and the
+    file of every entrypoint `prefect_file` names (a deployment of the user's own too)."""
     import hashlib
+    import re
 
     import prefect
 
+    text = prefect_file.read_bytes()
     digest = hashlib.sha256(f"{prefect.__version__}\0{PROJECT_ROOT}\0".encode())
-    digest.update(prefect_file.read_bytes())
-    for path in sorted([*PROJECT_ROOT.glob("flows/**/*.py"), *PROJECT_ROOT.glob("models/**/*.py")]):
-        digest.update(f"\0{path.relative_to(PROJECT_ROOT)}\0".encode())
+    digest.update(text)
+    named = re.findall(rb"entrypoint:\s*[\"']?([^\"'\s]+?\.py):", text)
+    entrypoints = {PROJECT_ROOT / os.fsdecode(name) for name in named}
+    ours = {*PROJECT_ROOT.glob("flows/**/*.py"), *PROJECT_ROOT.glob("models/**/*.py")}
+    for path in sorted(ours | {p for p in entrypoints if p.is_file()}):
+        digest.update(f"\0{path}\0".encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
