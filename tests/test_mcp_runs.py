@@ -281,6 +281,10 @@ def test_a_team_of_outside_clients_runs_a_task_chain_as_prefect_runs(
         assert shutdown.get_shutdown(request["request_id"]).status == "approved"
     assert approval.get_request(plan.request_id).decided_by == "team-lead"
 
+    # Every step a Prefect run: 3 team-task runs, the plan, 3 shutdowns. An outside member's
+    # report completes its task; its run records the metrics when it sees the report, so the
+    # metrics are read once every run has ended.
+    runs = _runs(prefect_env.api, 7, began)
     state = json.loads(cli("status", TEAM, "--json").stdout)
     assert (state["active_members"], state["total_members"]) == (["team-lead"], 4)
     measured = cli("metrics", TEAM, "--json")
@@ -289,8 +293,6 @@ def test_a_team_of_outside_clients_runs_a_task_chain_as_prefect_runs(
     assert [members[name]["tasks"] for _, name in chain] == [1, 1, 1], members
     assert members["alice"]["plans"] == 1
 
-    # Every step a Prefect run: 3 team-task runs, the plan, 3 shutdowns.
-    runs = _runs(prefect_env.api, 7, began)
     kinds = sorted((r.name.split(" ")[0], r.state.type.value) for r in runs)
     tasks = [k for k in kinds if k[0] not in ("plan", "shutdown")]
     assert tasks == [(tasks[0][0], "COMPLETED")] * 3, kinds
