@@ -189,6 +189,9 @@ def connected(api: str | None = None) -> Iterator[str]:
     """
     from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
+    from flows.compat.prefect_client import share_tls_context
+
+    share_tls_context()  # the block's clients share one TLS context
     # Prefect's SDK sends usage telemetry unless DO_NOT_TRACK is set (or the server's
     # analytics are off); teamflow sends none.
     os.environ.setdefault("DO_NOT_TRACK", "1")

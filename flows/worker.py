@@ -44,6 +44,7 @@ from prefect.events.filters import EventAnyResourceFilter, EventFilter, EventNam
 from prefect.flows import Flow
 from prefect.workers.process import ProcessJobConfiguration, ProcessWorker, ProcessWorkerResult
 
+from flows.compat.prefect_client import share_tls_context
 from flows.compat.prefect_worker import (
     KeptEnvironmentJobConfiguration,
     ProcessWorkerHooks,
@@ -389,6 +390,7 @@ class TeamflowWorker(ProcessWorkerHooks, ProcessWorker):
 
 async def serve(pool: str = POOL, *, name: str | None = None, limit: int = DEFAULT_LIMIT) -> None:
     """Runs a teamflow worker on `pool` until cancelled."""
+    share_tls_context()  # the clients of its loops and of runs outside its flow threads
     in_process = warm_up()
     here = ", ".join(in_process) or "no flows"
     print(f"teamflow worker: runs {here} in this process", flush=True)

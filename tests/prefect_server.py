@@ -294,9 +294,13 @@ def harness_server(tmp: Path) -> Iterator[Server]:
 def talk_to(api: str) -> Iterator[str]:
     """Makes `api` the Prefect API of this process for the block: of Prefect's client (its
     settings) and of teamflow's commands (`PREFECT_API_URL` in the environment, which
-    `flows.runner` reads without importing Prefect)."""
+    `flows.runner` reads without importing Prefect). Its Prefect clients share one TLS
+    context, as those of teamflow's processes do (`share_tls_context`)."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
+    from flows.compat.prefect_client import share_tls_context
+
+    share_tls_context()
     before = os.environ.get("PREFECT_API_URL")
     os.environ["PREFECT_API_URL"] = api
     try:

@@ -28,6 +28,14 @@ FINGERPRINTS: dict[str, tuple[str, str | None]] = {
         "6be3f0ecac9b4f70",
         "(self, method: 'HTTP_METHODS', path: \"'ServerRoutes'\", params: 'dict[str, Any] | None' = None, path_params: 'dict[str, Any] | None' = None, **kwargs: 'Any') -> \"'Response'\"",
     ),
+    "prefect.client.orchestration:PrefectClient.__init__": (
+        "83de7e758c49e653",
+        "(self, api: 'Union[str, ASGIApp]', *, auth_string: 'Optional[str]' = None, api_key: 'Optional[str]' = None, api_version: 'Optional[str]' = None, httpx_settings: 'Optional[dict[str, Any]]' = None, server_type: 'Optional[ServerType]' = None) -> 'None'",
+    ),
+    "prefect.client.orchestration:SyncPrefectClient.__init__": (
+        "acda3b6e5ccdb657",
+        "(self, api: 'Union[str, ASGIApp]', *, auth_string: 'Optional[str]' = None, api_key: 'Optional[str]' = None, api_version: 'Optional[str]' = None, httpx_settings: 'Optional[dict[str, Any]]' = None, server_type: 'Optional[ServerType]' = None) -> 'None'",
+    ),
     "prefect.exceptions:Abort": ("33f000b0c799ad13", None),
     "prefect.exceptions:Pause": (
         "0e4249cee289d17a",
