@@ -43,6 +43,7 @@ from models.memory import MemoryRow, memories_changed, vector_bytes
 from models.project import ProjectDefinition, ProjectRow
 from models.restore_rows import RowError, check_rows
 from models.runtime_trust import untrusted
+from models.settings import get_settings
 from models.tables import clear_rows, metadata, team_rows
 from models.task import TaskPriority, TaskState
 from models.team import Member, Team, TeamError, _write_config, get_team
@@ -159,7 +160,16 @@ def restore(archive: Path, *, force: bool = False, trust_runtimes: bool = False)
     is a link, a device, absolute, or outside `teams/{team}` and `tasks/{team}`. A member's
     runtime that runs a program or calls an endpoint this database does not hold for it is
     left out unless `trust_runtimes` (a note says which, `models.runtime_trust`).
+
+    Refused, writing nothing, where `TEAMFLOW_MIRROR` is off: the archive's files (the
+    members' artifacts among them) belong on the mirror host, whose catch-up rewrites only
+    what the database holds (`models.mirror_follow`).
     """
+    if not get_settings().mirror:
+        raise BackupError(
+            f"{archive}: a restore writes the team's files (teams/, tasks/); run it on the "
+            "mirror host (TEAMFLOW_MIRROR is off here)"
+        )
     try:
         tar = tarfile.open(Path(archive), "r:gz")  # noqa: SIM115 (closed by the `with` below)
     except (OSError, tarfile.TarError) as exc:

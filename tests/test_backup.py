@@ -422,6 +422,28 @@ def test_backup_delete_restore_reproduces_the_team(tmp_path: Path, home: Path) -
     assert snapshot(home) == before
 
 
+def test_restore_is_refused_off_the_mirror_host_and_writes_nothing(
+    tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The archive's files (artifacts among them) belong on the mirror host, whose catch-up
+    rewrites only what the database holds: a host with TEAMFLOW_MIRROR off refuses."""
+    populate(tmp_path, home)
+    archive = backup.backup(TEAM, tmp_path / "research-team.tar.gz")
+    membership.delete_team(TEAM)
+    before = snapshot(home)
+    monkeypatch.setenv("TEAMFLOW_MIRROR", "off")
+
+    with pytest.raises(BackupError, match=r"run it on the mirror host \(TEAMFLOW_MIRROR is off"):
+        backup.restore(archive)
+    result = run_teamflow(["team", "restore", str(archive)])
+    assert result.returncode != 0
+    assert result.stderr.count("\n") == 1 and "TEAMFLOW_MIRROR is off here" in result.stderr
+    assert snapshot(home) == before and teams.list_teams() == []
+
+    monkeypatch.setenv("TEAMFLOW_MIRROR", "on")
+    assert backup.restore(archive).team == TEAM
+
+
 def test_a_backup_archive_is_private(tmp_path: Path, home: Path) -> None:
     populate(tmp_path, home)
     old = os.umask(0o022)
