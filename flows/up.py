@@ -159,7 +159,7 @@ def _raise_stop(_signum: int, _frame: Any) -> None:
 def bring_up(*, host: str | None = None, echo: Callable[[str], None] = print) -> Up:
     """Every step of `teamflow up` but waiting; the caller stops what it returns."""
     from flows.tools import install_builtin_tools
-    from flows.watchdog import every_s, schedule_watchdog
+    from flows.watchdog_schedule import every_s, schedule_watchdog
 
     try:  # a bad TEAMFLOW_WATCHDOG_EVERY is refused before anything starts
         watchdog_every = every_s()
@@ -385,7 +385,7 @@ def _first_line(exc: Exception) -> str:
 def _watchdog_again(echo: Callable[[str], None]) -> None:
     """Starts a watchdog run now if none runs (its run died with the worker): the tasks of
     the dead worker's runs are resumed at once, not at the next window."""
-    from flows.watchdog import run_now_unless_running
+    from flows.watchdog_schedule import run_now_unless_running
 
     try:
         started = run_now_unless_running()

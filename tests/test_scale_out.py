@@ -87,7 +87,7 @@ def distributed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Distribute
 
     from flows import runner
     from flows.pool_setup import ensure_crash_automation
-    from flows.watchdog import schedule_watchdog
+    from flows.watchdog_schedule import schedule_watchdog
     from models import approval
 
     tmp = tmp_path_factory.mktemp("scale-out")
@@ -183,7 +183,7 @@ def test_tasks_timers_and_decisions_survive_a_replica_and_a_worker_machine_kille
     from prefect.client.orchestration import get_client
 
     from flows import alerts, runner
-    from flows.watchdog import DEPLOYMENT
+    from flows.watchdog_schedule import DEPLOYMENT
     from models import approval, inbox
 
     c, workers, cli_env = distributed.cluster, distributed.workers, distributed.cli_env

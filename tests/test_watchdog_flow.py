@@ -18,7 +18,8 @@ from prefect.states import Crashed, Running
 from flows import runner
 from flows.shutdown import shutdown_member
 from flows.team_task import team_task
-from flows.watchdog import DEPLOYMENT, schedule_watchdog, watchdog
+from flows.watchdog import watchdog
+from flows.watchdog_schedule import DEPLOYMENT, schedule_watchdog
 from models import inbox, membership, presence
 from models import team as teams
 from models.agent import AgentStateRow
