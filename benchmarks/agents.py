@@ -61,6 +61,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the test helpers start servers and workers
+os.environ["TEAMFLOW_TEST_FORKSERVER"] = "0"  # what it measures starts anew, not forked
 
 TEAM = "busy-team"
 LEAD = "lead"

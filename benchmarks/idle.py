@@ -33,6 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
+os.environ["TEAMFLOW_TEST_FORKSERVER"] = "0"  # what it measures starts anew, not forked
 BIN = Path(sys.executable).parent
 TARGET_PERCENT = 2.0
 

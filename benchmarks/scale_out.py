@@ -35,6 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
+os.environ["TEAMFLOW_TEST_FORKSERVER"] = "0"  # what it measures starts anew, not forked
 
 from team_task import (  # noqa: E402
     TEAM,

@@ -20,6 +20,9 @@ from sqlmodel import Session
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # A person's token file on this machine must not decide for the tests (a test sets its own).
 os.environ["TEAMFLOW_TOKEN_FILE"] = "/nonexistent/teamflow-tests/token"
+# Servers, workers and `teamflow` commands forked from preloaded fork servers (`forkserver`);
+# the benchmarks the tests run inherit it. `TEAMFLOW_TEST_FORKSERVER=0` starts them anew.
+os.environ.setdefault("TEAMFLOW_TEST_FORKSERVER", "1")
 
 from models import db
 from models.tables import metadata

@@ -4,16 +4,18 @@ The suite is CPU-bound on a 2-core machine: its wall time is about its CPU secon
 the cores, and a test's wall time (`--durations`) says more about what ran beside it than
 about what it costs. This counts, per module, the CPU of the test process while its tests
 ran (setup and teardown included) and of the child processes it started and reaped in that
-time (servers, workers, CLI commands). A process reaped later (the test process's shared
-Prefect server, at the end) counts where it is reaped; one left to init (a killed process
-group's grandchildren) is not counted. With xdist each worker counts its own modules and the
-controller prints them together.
+time (servers, workers, CLI commands), those its fork server reaped for it included
+(`forkserver`). A process reaped later (the test process's shared Prefect server, at the
+end) counts where it is reaped; one left to init (a killed process group's grandchildren)
+is not counted, nor are the fork servers' own imports. With xdist each worker counts its
+own modules and the controller prints them together.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import pytest
@@ -31,19 +33,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _forked_cpu() -> float:
+    """The CPU of the children the fork server (`forkserver`) reaped for this process."""
+    forkserver = sys.modules.get("forkserver")
+    return forkserver.reaped_cpu() if forkserver is not None else 0.0
+
+
 class _Counter:
     def __init__(self) -> None:
         self.modules: dict[str, list[float]] = {}
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: Any) -> Any:
-        before = os.times()
+        before, forked_before = os.times(), _forked_cpu()
         yield
         after = os.times()
         own = (after.user - before.user) + (after.system - before.system)
         children = (after.children_user - before.children_user) + (
             after.children_system - before.children_system
         )
+        children += _forked_cpu() - forked_before
         totals = self.modules.setdefault(item.nodeid.split("::")[0], [0.0, 0.0])
         totals[0] += own
         totals[1] += children

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import forkserver
 import httpx
 
 from flows import runner
@@ -80,12 +81,12 @@ def base_env(tmp: Path, api: str) -> dict[str, str]:
     return env
 
 
-def kill_group(process: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+def kill_group(process: forkserver.Process, sig: int = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
 
 
-def stop(process: subprocess.Popen, grace: float = 20) -> None:
+def stop(process: forkserver.Process, grace: float = 20) -> None:
     """SIGTERM to the process group, SIGKILL after `grace` seconds."""
     if process.poll() is None:
         kill_group(process, signal.SIGTERM)
@@ -96,7 +97,7 @@ def stop(process: subprocess.Popen, grace: float = 20) -> None:
         process.wait(timeout=10)
 
 
-def listens(process: subprocess.Popen, port: int | str) -> bool:
+def listens(process: forkserver.Process, port: int | str) -> bool:
     """Whether `process` (or a process of the session it leads) listens on `port` of this
     machine. A free port can be taken by another test's server between `free_port` and the
     bind; then the port answers, but not for `process` (which fails to bind and exits)."""
@@ -160,7 +161,7 @@ def wait_until(condition, timeout: float, what: str, interval: float = 0.2, expl
 class Server:
     api: str
     env: dict[str, str]
-    process: subprocess.Popen | None
+    process: forkserver.Process | None
     log: Path
     deployed: subprocess.CompletedProcess | None = None
     deleted_runs: set[str] = field(default_factory=set)
@@ -502,11 +503,10 @@ def restart(server: Server) -> None:
     """Starts the server's process (again: same port, same database) and waits for it."""
     port = server.api.rsplit(":", 1)[1].split("/")[0]
     with server.log.open("ab") as out:
-        server.process = subprocess.Popen(
-            [sys.executable, "-m", "flows.server", "start", "--host", "127.0.0.1",
-             "--port", port, "--analytics-off"],
-            env=server.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=with_the_tests(),
+        server.process = forkserver.popen(
+            forkserver.SERVER, "flows.server",
+            ["start", "--host", "127.0.0.1", "--port", port, "--analytics-off"],
+            env=server.env, stdout=out, stderr=subprocess.STDOUT,
         )  # fmt: skip
     process = server.process
     wait_until(
@@ -519,7 +519,7 @@ def restart(server: Server) -> None:
 
 def start(
     args: list[str], env: dict[str, str], log: Path, *, sigint_ignored: bool = False
-) -> subprocess.Popen:
+) -> forkserver.Process:
     """A teamflow command (`python -m flows.cli ...`) in its own session, output to `log`.
 
     It starts with SIGINT's default action, however the tests were started (a test run
@@ -538,10 +538,9 @@ def start(
     ):
         env = {**_SEEDED_SERVER_ENV, **env}
     with log.open("ab") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", *args],
-            env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, preexec_fn=with_the_tests(sigint_ignored=sigint_ignored),
+        return forkserver.popen(
+            forkserver.TEAMFLOW, "flows.cli", args, env=env, cwd=ROOT, stdout=out,
+            stderr=subprocess.STDOUT, sigint_ignored=sigint_ignored,
         )  # fmt: skip
 
 
@@ -555,7 +554,7 @@ def teamflow(
     return run(args, env, cwd=ROOT, timeout=timeout)
 
 
-def wait_for_up(process: subprocess.Popen, log: Path, timeout: float = 240) -> str:
+def wait_for_up(process: forkserver.Process, log: Path, timeout: float = 240) -> str:
     """Waits until `teamflow up` (started with `start`) says it is up; returns its output."""
 
     def ready() -> str | None:

@@ -1,0 +1,400 @@
+"""A fork server for the processes the tests start most: Prefect servers and teamflow workers.
+
+A Prefect server's start spends about 4 s of CPU importing, a `teamflow worker`'s about
+2.5 s, and a run of the suite starts some 55 servers and 70 workers on a 2-core machine.
+Here a test process keeps one long-lived process per set of modules (`SERVER`, `TEAMFLOW`)
+that imports them once and forks a child per command:
+
+    process = forkserver.popen(SERVER, "flows.server", ["start", ...], env=env, cwd=ROOT,
+                               stdout=log_file, stderr=subprocess.STDOUT)
+
+The child is a real process of its own, as `subprocess.Popen` would start it with
+`start_new_session=True`: its own session (the test kills its group), the environment and
+working directory it was given, the test's files as its standard streams (passed over a
+Unix socket), SIGTERM when its fork server ends (which ends with the test process), and
+`python -m MODULE ARGS` run as `__main__`. What differs from a process started anew is only
+that the modules of its set were imported before its environment was set: Prefect's settings
+and logging, which Prefect builds at import, are built again from the child's environment
+(`_become`); a variable that only the interpreter reads at start (`PYTHON*`) makes
+`popen` start a plain process instead. `Forked` stands in for the child's `Popen` (pid,
+poll, wait, returncode, send_signal, terminate, kill); the fork server reaps the child and
+reports its exit status and CPU time (`reaped_cpu`, which `--cpu-report` counts).
+
+A command line that a test hands to another program (an MCP client that starts
+`teamflow mcp` itself, an example agent) goes through the same fork server:
+
+    argv = forkserver.command(TEAMFLOW, "flows.cli", ["mcp"])
+
+is `python tests/forkserver.py --via SOCKET flows.cli mcp`, a launcher of a few
+milliseconds that hands its own standard streams, environment and directory to a child
+forked for it, passes on the signals it gets (TERM, INT, HUP, QUIT), and ends as the child
+ends, with its exit status; if the launcher is killed outright, the fork server ends the
+child.
+
+The tests turn it on (`TEAMFLOW_TEST_FORKSERVER=1`, set by `conftest.py` unless set); a
+benchmark run by hand starts its processes anew, and `TEAMFLOW_TEST_FORKSERVER=0 make test`
+does too, to compare.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What a fork server imports before it forks: the costly imports of the commands it serves,
+# never the `__main__` module itself (run again as `__main__`, it would be a second copy).
+SERVER = (
+    "prefect.cli",
+    "prefect.server.api.server",
+    "uvicorn",
+    "flows.compat.prefect_server",
+    "flows.compat.sqlalchemy_sqlite",
+    "flows.compat.uvicorn_server",
+    "flows.compat.burner_redis_pubsub",
+)
+TEAMFLOW = ("flows.cli.app", "flows.worker", "flows.mcp.server")
+
+VARIABLE = "TEAMFLOW_TEST_FORKSERVER"
+
+_servers: dict[tuple[str, ...], _ForkServer] = {}
+_lock = threading.Lock()
+_reaped_cpu = 0.0
+
+
+def enabled() -> bool:
+    """Whether processes are forked (`TEAMFLOW_TEST_FORKSERVER=1`) or started anew."""
+    return os.environ.get(VARIABLE) == "1"
+
+
+def reaped_cpu() -> float:
+    """CPU seconds of the forked children reaped so far in this process (user + system)."""
+    return _reaped_cpu
+
+
+def popen(
+    preload: tuple[str, ...],
+    module: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | str | None = None,
+    stdout: IO[Any] | int | None = None,
+    stderr: IO[Any] | int | None = None,
+    sigint_ignored: bool = False,
+) -> Process:
+    """`python -m MODULE *args` in a new session, forked from the fork server of `preload`
+    (or started anew where it cannot be: see the module's doc). stdin is /dev/null; stdout
+    and stderr are open files, DEVNULL or None (this process's); stderr may be STDOUT."""
+    command = [sys.executable, "-m", module, *args]
+    if enabled():
+        request = {
+            "module": module, "argv": list(args), "env": dict(env),
+            "cwd": str(cwd or os.getcwd()), "sigint_ignored": sigint_ignored, "tied": False,
+        }  # fmt: skip
+        with open(os.devnull, "r+b") as devnull:
+            out = _fileno(stdout, sys.stdout, devnull)
+            err = out if stderr == subprocess.STDOUT else _fileno(stderr, sys.stderr, devnull)
+            forked = _request(_server(preload), request, [devnull.fileno(), out, err])
+        if forked is not None:
+            pid, channel = forked
+            return Forked(command, pid, channel)
+    from prefect_server import with_the_tests
+
+    return subprocess.Popen(
+        command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+        start_new_session=True, preexec_fn=with_the_tests(sigint_ignored=sigint_ignored),
+    )  # fmt: skip
+
+
+def command(preload: tuple[str, ...], module: str, args: Sequence[str]) -> list[str]:
+    """The command line of `python -m MODULE *args` for another program to start: through
+    the fork server of `preload` (the launcher the module's doc describes), or plain."""
+    if not enabled():
+        return [sys.executable, "-m", module, *args]
+    return [sys.executable, __file__, "--via", _server(preload), module, *args]
+
+
+def _server(preload: tuple[str, ...]) -> str:
+    """The address of this process's fork server for `preload`, started on first use."""
+    with _lock:
+        server = _servers.get(preload)
+        if server is None or not server.alive():
+            server = _servers[preload] = _ForkServer(preload)
+        return server.address
+
+
+def _request(
+    address: str, request: dict[str, Any], fds: list[int]
+) -> tuple[int, socket.socket] | None:
+    """Asks the fork server at `address` for a child: its pid and the channel its exit status
+    comes on, or None where it must be started anew (its interpreter settings differ)."""
+    channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    channel.connect(address)
+    socket.send_fds(channel, [json.dumps(request).encode()], fds)
+    answer = channel.recv(64)
+    assert answer, "the fork server ended"
+    if int(answer) == 0:
+        channel.close()
+        return None
+    return int(answer), channel
+
+
+def _fileno(stream: IO[Any] | int | None, default: IO[Any], devnull: IO[bytes]) -> int:
+    if stream is None:
+        return default.fileno()
+    if stream == subprocess.DEVNULL:
+        return devnull.fileno()
+    return stream if isinstance(stream, int) else stream.fileno()
+
+
+def _interpreter_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables a Python interpreter reads only when it starts (a fork cannot take them)."""
+    return {
+        k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONDONTWRITEBYTECODE"
+    }
+
+
+class Forked:
+    """A forked child, as its `subprocess.Popen` would show it."""
+
+    def __init__(self, args: list[str], pid: int, channel: socket.socket) -> None:
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+        self._channel = channel
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._channel], [], [], 0)[0]:
+            self._ended()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not select.select([self._channel], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            self._ended()
+        assert self.returncode is not None
+        return self.returncode
+
+    def _ended(self) -> None:
+        global _reaped_cpu
+        data = self._channel.recv(4096)
+        self._channel.close()
+        if not data:  # the fork server ended: its children got SIGTERM
+            self.returncode = -signal.SIGTERM
+            return
+        report = json.loads(data)
+        self.returncode = report["code"]
+        _reaped_cpu += report["cpu"]
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __repr__(self) -> str:
+        return f"<Forked pid={self.pid} returncode={self.returncode} args={self.args!r}>"
+
+
+# What `popen` returns: a forked child or, where it starts one anew, its `Popen`.
+Process = Forked | subprocess.Popen
+
+
+class _ForkServer:
+    def __init__(self, preload: tuple[str, ...]) -> None:
+        from prefect_server import base_env
+
+        self.folder = Path(tempfile.mkdtemp(prefix="tf-forkserver-"))
+        self.address = str(self.folder / "socket")
+        env = base_env(self.folder, "http://127.0.0.1:9/api")
+        # It ends when its stdin does, with this process (however it ends); a parent-death
+        # signal would end it with the thread that started it.
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, self.address, *preload],
+            env=env, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            start_new_session=True,
+        )  # fmt: skip
+        assert self.process.stdout is not None
+        ready = self.process.stdout.readline()
+        assert ready == b"ready\n", f"the fork server for {preload} did not start: {ready!r}"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+# The fork server itself: `python tests/forkserver.py SOCKET MODULE...`.
+
+
+def _serve(address: str, preload: list[str]) -> tuple[dict[str, Any], list[int]]:
+    """Imports `preload`, then forks a child per request until it ends; in a child, returns
+    the child's request and its standard streams."""
+    import importlib
+    import selectors
+
+    for module in preload:
+        importlib.import_module(module)
+    running = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    assert not running, f"importing {preload} started threads, which a fork loses: {running}"
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(address)
+    listener.listen(64)
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    selector.register(sys.stdin, selectors.EVENT_READ)  # EOF: the test process has ended
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    children: dict[int, socket.socket] = {}
+    while True:
+        for key, _ in selector.select():
+            if key.fileobj is listener:
+                channel, _ = listener.accept()
+                message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 3)
+                request = json.loads(message)
+                if _interpreter_settings(request["env"]) != _interpreter_settings(os.environ):
+                    channel.sendall(b"0")  # the child would need a new interpreter
+                    channel.close()
+                    for fd in fds:
+                        os.close(fd)
+                    continue
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    selector.close()
+                    listener.close()
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.close(wake_r)
+                    os.close(wake_w)
+                    channel.close()
+                    for other in children.values():
+                        other.close()
+                    return request, fds
+                for fd in fds:
+                    os.close(fd)
+                channel.sendall(str(pid).encode())
+                children[pid] = channel
+                if request["tied"]:  # its launcher's end (EOF on the channel) ends it
+                    selector.register(channel, selectors.EVENT_READ, pid)
+            elif key.fileobj is sys.stdin:
+                sys.exit(0)  # its children get SIGTERM (their parent-death signal)
+            elif key.fileobj is wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+                _reap(children, selector)
+            else:  # a tied child's launcher has ended
+                selector.unregister(key.fileobj)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(key.data, signal.SIGTERM)
+
+
+def _reap(children: dict[int, socket.socket], selector: Any) -> None:
+    """Reports each ended child's exit status and CPU time on its channel."""
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        channel = children.pop(pid)
+        report = {"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime}
+        with contextlib.suppress(OSError):
+            channel.sendall(json.dumps(report).encode())
+        with contextlib.suppress(KeyError):
+            selector.unregister(channel)
+        channel.close()
+
+
+def _become(request: dict[str, Any], fds: list[int]) -> None:
+    """The child: its own session, streams, environment, directory and Prefect settings."""
+    import ctypes
+
+    os.setsid()
+    signal.signal(
+        signal.SIGINT, signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler
+    )
+    fork_server = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != fork_server:
+        os._exit(143)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in set(fds):
+        if fd > 2:
+            os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.path[0] = request["cwd"]  # as `python -m` has it
+    sys.argv = [request["module"], *request["argv"]]
+    if "prefect.context" in sys.modules:  # built at import, from the fork server's environment
+        import prefect.context
+        from prefect.logging.configuration import setup_logging
+
+        prefect.context.refresh_global_settings_context()
+        setup_logging(incremental=False)
+
+
+def _via(address: str, module: str, args: list[str]) -> None:
+    """The launcher: `python -m MODULE ARGS`, forked for it with its streams, environment
+    and directory; it passes on its signals and ends as the child does."""
+    request = {
+        "module": module, "argv": args, "env": dict(os.environ), "cwd": os.getcwd(),
+        "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "tied": True,
+    }  # fmt: skip
+    forked = _request(address, request, [0, 1, 2])
+    if forked is None:
+        os.execv(sys.executable, [sys.executable, "-m", module, *args])
+    pid, channel = forked
+
+    def pass_on(sig: int, _: Any) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, pass_on)
+    report = channel.recv(4096)
+    code = json.loads(report)["code"] if report else -signal.SIGTERM
+    if code < 0:  # ended by a signal: so does the launcher, for its parent to see
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    sys.exit(code)
+
+
+if __name__ == "__main__" and sys.argv[1] == "--via":
+    _via(sys.argv[2], sys.argv[3], sys.argv[4:])
+elif __name__ == "__main__":
+    import runpy
+
+    sys.path.insert(0, str(ROOT))
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent]
+    request, fds = _serve(sys.argv[1], sys.argv[2:])
+    _become(request, fds)
+    del request, fds
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)

@@ -1,0 +1,152 @@
+"""The tests' fork server (`tests/forkserver.py`): a forked child is what `subprocess.Popen`
+with `start_new_session=True` would start, and the `--via` launcher is what the command it
+stands for would be, to whoever starts it (exit status, signals, streams)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import forkserver
+import pytest
+from prefect_server import wait_until
+
+# A small preload set of its own, so these tests start (and test) a fork server of their own.
+PRELOAD = ("json",)
+
+PROBE = """
+import json, os, signal, sys
+print(json.dumps({"pid": os.getpid(), "argv": sys.argv[1:], "cwd": os.getcwd(),
+                  "seen": os.environ.get("PROBE_VALUE"), "name": __name__,
+                  "session": os.getsid(0) == os.getpid(), "stdin": sys.stdin.read()}),
+      flush=True)
+if "--wait" in sys.argv:
+    signal_file = sys.argv[-1]
+    open(signal_file, "w").close()
+    while True:
+        signal.pause()
+if "--burn" in sys.argv:
+    sum(i * i for i in range(3_000_000))
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.fixture
+def probe_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(forkserver.VARIABLE, "1")
+    (tmp_path / "probe.py").write_text(PROBE)
+    return tmp_path
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PROBE_VALUE": "from the test", **extra}
+
+
+def test_a_forked_child_runs_the_module_with_its_environment_directory_and_streams(
+    probe_dir: Path,
+) -> None:
+    out = probe_dir / "out"
+    with out.open("wb") as stream:
+        child = forkserver.popen(
+            PRELOAD, "probe", ["3", "x y"], env=_env(), cwd=probe_dir, stdout=stream,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        assert isinstance(child, forkserver.Forked)
+        assert child.wait(timeout=60) == 3
+    seen = json.loads(out.read_text())
+    assert seen == {
+        "pid": child.pid, "argv": ["3", "x y"], "cwd": str(probe_dir), "seen": "from the test",
+        "name": "__main__", "session": True, "stdin": "",
+    }  # fmt: skip
+    # As the same command started anew says.
+    plain = subprocess.run(
+        [sys.executable, "-m", "probe", "3", "x y"], env=_env(), cwd=probe_dir,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert plain.returncode == 3
+    assert {**json.loads(plain.stdout), "pid": child.pid} == seen
+
+
+def test_a_forked_child_stopped_by_its_group_reports_the_signal_and_its_cpu(
+    probe_dir: Path,
+) -> None:
+    ready = probe_dir / "ready"
+    child = forkserver.popen(
+        PRELOAD, "probe", ["0", "--wait", str(ready)], env=_env(), cwd=probe_dir,
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    wait_until(ready.exists, 60, "the child to start")
+    with pytest.raises(subprocess.TimeoutExpired):
+        child.wait(timeout=0.1)
+    assert child.poll() is None
+    os.killpg(child.pid, signal.SIGTERM)  # its own process group, as the tests stop it
+    assert child.wait(timeout=60) == -signal.SIGTERM
+    before = forkserver.reaped_cpu()
+    burner = forkserver.popen(
+        PRELOAD, "probe", ["0", "--burn"], env=_env(), cwd=probe_dir, stdout=subprocess.DEVNULL
+    )
+    assert burner.wait(timeout=60) == 0
+    assert forkserver.reaped_cpu() > before
+
+
+def test_a_child_needing_other_interpreter_settings_is_started_anew(probe_dir: Path) -> None:
+    child = forkserver.popen(
+        PRELOAD, "probe", ["0"], env=_env(PYTHONHASHSEED="7"), cwd=probe_dir,
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert isinstance(child, subprocess.Popen)
+    assert child.wait(timeout=60) == 0
+    launched = subprocess.run(
+        forkserver.command(PRELOAD, "probe", ["4"]), env=_env(PYTHONHASHSEED="7"),
+        cwd=probe_dir, capture_output=True, text=True,
+    )  # fmt: skip
+    assert launched.returncode == 4 and json.loads(launched.stdout)["seen"] == "from the test"
+
+
+def test_the_launcher_is_the_command_to_its_starter(probe_dir: Path) -> None:
+    argv = forkserver.command(PRELOAD, "probe", ["5"])
+    assert argv[:3] == [sys.executable, forkserver.__file__, "--via"]
+    launched = subprocess.run(
+        argv, env=_env(), cwd=probe_dir, input="typed", capture_output=True, text=True
+    )
+    assert launched.returncode == 5
+    seen = json.loads(launched.stdout)
+    assert (seen["stdin"], seen["cwd"], seen["seen"]) == ("typed", str(probe_dir), "from the test")
+    # A signal to the launcher reaches the child, and the launcher ends as the child did.
+    launcher, child = _launch_waiting(probe_dir)
+    launcher.terminate()
+    assert launcher.wait(timeout=60) == -signal.SIGTERM
+    wait_until(lambda: not _alive(child), 60, "the child to end with its launcher")
+
+
+def test_a_launcher_killed_outright_takes_its_child_along(probe_dir: Path) -> None:
+    launcher, child = _launch_waiting(probe_dir)
+    launcher.kill()
+    assert launcher.wait(timeout=60) == -signal.SIGKILL
+    wait_until(lambda: not _alive(child), 60, "the fork server to end the child")
+
+
+def _launch_waiting(probe_dir: Path) -> tuple[subprocess.Popen, int]:
+    """The launcher of a child that waits for a signal, once the child runs; its pid."""
+    ready = probe_dir / "ready"
+    launcher = subprocess.Popen(
+        forkserver.command(PRELOAD, "probe", ["0", "--wait", str(ready)]), env=_env(),
+        cwd=probe_dir, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert launcher.stdout is not None
+    with launcher.stdout:
+        child = json.loads(launcher.stdout.readline())["pid"]
+    wait_until(ready.exists, 60, "the child to start")
+    return launcher, child
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, ended but not yet reaped by the fork server, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
