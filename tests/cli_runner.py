@@ -32,6 +32,8 @@ import types
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
+import forkserver
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # Command lines (their leading words) that run Prefect or set up logging: run as subprocesses.
@@ -58,9 +60,9 @@ def subprocess_teamflow(
     timeout: float = 120,
     stdin_devnull: bool = True,
 ) -> subprocess.CompletedProcess:
-    """The real `python -m flows.cli ...` process."""
+    """The real `python -m flows.cli ...` process (forked from the tests' fork server)."""
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
+        forkserver.command(forkserver.TEAMFLOW, "flows.cli", args),
         env=dict(os.environ if env is None else env), cwd=cwd,
         stdin=subprocess.DEVNULL if stdin_devnull else None,
         capture_output=True, text=True, timeout=timeout,

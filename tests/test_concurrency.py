@@ -18,6 +18,7 @@ from collections import Counter
 from itertools import pairwise
 from pathlib import Path
 
+import forkserver
 import pytest
 from factories import TEAM, research_team
 
@@ -48,12 +49,13 @@ CLI_SENDER = f"""
 import subprocess, sys, time
 from pathlib import Path
 prefix, count, barrier = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+teamflow = sys.argv[4:]  # `python -m flows.cli`, through the tests' fork server
 (barrier / f"ready-{{prefix}}").touch()
 while not (barrier / "go").exists():
     time.sleep(0.002)
 for i in range(count):
     subprocess.run(
-        [sys.executable, "-m", "flows.cli", "msg", "send", {TEAM!r}, "--to", {RECIPIENT!r},
+        [*teamflow, "msg", "send", {TEAM!r}, "--to", {RECIPIENT!r},
          "--from", "coordinator", "--text", f"{{prefix}}-{{i}}"],
         check=True, stdout=subprocess.DEVNULL, timeout=120,
     )
@@ -186,8 +188,9 @@ for i in range(count):
 """
 
 
-def run_together(writers: list[tuple[str, str, int]], workdir: Path) -> None:
-    """Runs each (code, prefix, count) as its own process, released together at a barrier.
+def run_together(writers: list[tuple[str, str, int]], workdir: Path, *args: str) -> None:
+    """Runs each (code, prefix, count) as its own process, released together at a barrier;
+    `args` follow the writer's own (prefix, count, barrier) on its command line.
 
     Fails with the process's stderr if one exits non-zero or outlives the timeout; every
     process still running when this returns or raises is killed, with the commands it ran
@@ -201,7 +204,7 @@ def run_together(writers: list[tuple[str, str, int]], workdir: Path) -> None:
             log = workdir / f"{prefix}.stderr"
             with log.open("wb") as err:
                 proc = subprocess.Popen(
-                    [sys.executable, "-c", code, prefix, str(count), str(barrier)],
+                    [sys.executable, "-c", code, prefix, str(count), str(barrier), *args],
                     cwd=REPO,
                     env=os.environ.copy(),  # the test's TEAMFLOW_DATABASE_URL and HOME
                     stdout=subprocess.DEVNULL,
@@ -269,7 +272,8 @@ def test_four_cli_processes_sending_10_messages_each_lose_and_repeat_none(
     home: Path, tmp_path: Path
 ) -> None:
     research_team()
-    run_together([(CLI_SENDER, f"c{n}", 10) for n in range(4)], tmp_path)
+    teamflow = forkserver.command(forkserver.TEAMFLOW, "flows.cli", [])
+    run_together([(CLI_SENDER, f"c{n}", 10) for n in range(4)], tmp_path, *teamflow)
     rows = assert_inbox_consistent({f"c{n}-{i}" for n in range(4) for i in range(10)})
     assert len(rows) == 41
     assert senders_taking_turns(rows) > 2

@@ -12,15 +12,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import anyio
+import forkserver
 import pytest
 import sqlalchemy as sa
 from mcp import Client
@@ -72,10 +75,10 @@ def stdio(token: str | None = None) -> Client:
     env = {k: v for k, v in os.environ.items() if k != "TEAMFLOW_TOKEN"}
     if token:
         env["TEAMFLOW_TOKEN"] = token
-    command = StdioServerParameters(
-        command=sys.executable, args=["-m", "flows.cli", "mcp"], env=env
+    command, *args = forkserver.command(forkserver.TEAMFLOW, "flows.cli", ["mcp"])
+    return Client(
+        StdioServerParameters(command=command, args=args, env=env), read_timeout_seconds=60
     )
-    return Client(command, read_timeout_seconds=60)
 
 
 def in_process(token: str | None = None) -> Client:
@@ -114,17 +117,17 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def serving(*flags: str) -> Iterator[str]:
     """`teamflow mcp --http` on a free port, with `flags`; yields its URL."""
     port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "mcp", "--http", "--port", str(port), *flags],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        _wait_for_port(process, port)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
+    with tempfile.TemporaryFile() as err:
+        process = forkserver.popen(
+            forkserver.TEAMFLOW, "flows.cli", ["mcp", "--http", "--port", str(port), *flags],
+            env=os.environ, stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+        try:
+            _wait_for_port(process, port, err)
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
 
 
 @pytest.fixture
@@ -149,14 +152,15 @@ def test_over_http_a_call_without_a_token_is_refused(db_url: str, home) -> None:
     assert refused.returncode == 1 and "loopback" in refused.stderr
 
 
-def _wait_for_port(process: subprocess.Popen, port: int) -> None:
-    """Returns once the server listens on `port` (fails if it exits first)."""
+def _wait_for_port(process: forkserver.Process, port: int, err: IO[bytes]) -> None:
+    """Returns once the server listens on `port` (fails if it exits first, with `err`)."""
     import time
 
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise AssertionError(f"teamflow mcp --http exited: {process.stderr.read().decode()}")
+            err.seek(0)
+            raise AssertionError(f"teamflow mcp --http exited: {err.read().decode()}")
         if listens(process, port):
             return
         time.sleep(0.05)
@@ -642,6 +646,11 @@ def test_bad_input_is_a_one_line_error(door: str, db_url: str, home, request) ->
 AGENT = Path(__file__).parent.parent / "examples" / "mcp_agent.py"
 
 
+def agent_teamflow() -> str:
+    """The example agent's `--teamflow`: how it starts `teamflow` (through the fork server)."""
+    return shlex.join(forkserver.command(forkserver.TEAMFLOW, "flows.cli", []))
+
+
 @pytest.mark.system  # processes on both sides, end to end
 @pytest.mark.parametrize("door", ["stdio", "http"])
 def test_the_example_agent_does_its_tasks_and_answers_a_shutdown(
@@ -670,8 +679,7 @@ def test_the_example_agent_does_its_tasks_and_answers_a_shutdown(
         "--max-seconds",
         "240",
     ]
-    if url:
-        args += ["--url", url]
+    args += ["--url", url] if url else ["--teamflow", agent_teamflow()]
     agent = subprocess.Popen(
         args,
         env={**os.environ, "TEAMFLOW_TOKEN": token},
@@ -737,7 +745,7 @@ def test_a_member_spawned_in_tmux_works_and_is_killed_in_its_pane(
     work = tmp_path / "work"
     program = (
         f"{sys.executable} {AGENT} --team {{team}} --name {{name}} --work-dir {work} "
-        "--poll 0.2 --max-seconds 300"
+        f"--poll 0.2 --max-seconds 300 --teamflow {shlex.quote(agent_teamflow())}"
     )
     spawned = cli("member", "spawn", TEAM, "alice", "--command", program, "--json")
     assert spawned.returncode == 0, spawned.stderr

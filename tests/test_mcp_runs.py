@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shlex
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ import anyio
 import pytest
 from prefect_server import talk_to, wait_until
 from teamflow_workers import teamflow_workers
-from test_mcp import AGENT, TEAM, call, stdio, tmux_socket  # noqa: F401 (a fixture)
+from test_mcp import AGENT, TEAM, agent_teamflow, call, stdio, tmux_socket  # noqa: F401 (a fixture)
 
 from models import approval, identity, membership, shutdown, task
 from models import team as teams
@@ -77,6 +78,8 @@ def test_an_outside_member_gets_its_plan_approved_and_shuts_down(
             str(tmp_path / "work"),
             "--poll",
             "0.2",
+            "--teamflow",
+            agent_teamflow(),
             "--max-seconds",
             "400",
         ],
@@ -180,7 +183,7 @@ def _agent(name: str, work: Path) -> subprocess.Popen:
     """The example agent as member `name`, with a new token of its own, over stdio."""
     return subprocess.Popen(
         [sys.executable, str(AGENT), "--team", TEAM, "--name", name, "--work-dir",
-         str(work), "--poll", "0.2", "--max-seconds", "500"],
+         str(work), "--poll", "0.2", "--max-seconds", "500", "--teamflow", agent_teamflow()],
         env={**os.environ, "TEAMFLOW_TOKEN": identity.issue_token(TEAM, name)},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
@@ -199,7 +202,7 @@ def test_a_team_of_outside_clients_runs_a_task_chain_as_prefect_runs(
     work = tmp_path / "work"
     program = (
         f"{sys.executable} {AGENT} --team {{team}} --name {{name}} --work-dir {work} "
-        "--poll 0.2 --max-seconds 500"
+        f"--poll 0.2 --max-seconds 500 --teamflow {shlex.quote(agent_teamflow())}"
     )
     chain = [("Plan, then count", "alice"), ("Count again", "bob"), ("Count last", "carol")]
 

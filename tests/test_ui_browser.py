@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import forkserver
 import pytest
 from factories import TEAM, research_team
 from prefect_server import ROOT, Server, prefect_server, talk_to, wait_until
@@ -410,8 +411,9 @@ def test_plans_of_an_outside_member_are_decided_in_the_form_and_from_the_cli(
     token = identity.issue_token(TEAM, "outsider")
 
     async def as_outsider(tool: str, **arguments: Any) -> Any:
+        command, *args = forkserver.command(forkserver.TEAMFLOW, "flows.cli", ["mcp"])
         server = StdioServerParameters(
-            command=sys.executable, args=["-m", "flows.cli", "mcp"], cwd=str(ROOT),
+            command=command, args=args, cwd=str(ROOT),
             env={**served.env, "TEAMFLOW_TOKEN": token},
         )  # fmt: skip
         async with Client(server, read_timeout_seconds=LONG) as client:
