@@ -39,6 +39,7 @@ does too, to compare.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -252,6 +253,10 @@ def _serve(address: str, preload: list[str]) -> tuple[dict[str, Any], list[int]]
 
     for module in preload:
         importlib.import_module(module)
+    # What the imports made is never collected: out of the collector's sight, a child's
+    # collections do not touch (and so copy) the pages it shares with the fork server.
+    gc.collect()
+    gc.freeze()
     running = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     assert not running, f"importing {preload} started threads, which a fork loses: {running}"
     signal.signal(signal.SIGINT, signal.SIG_IGN)
