@@ -266,10 +266,20 @@ def test_tasks_timers_and_decisions_survive_a_replica_and_a_worker_machine_kille
     wait_until(lambda: len(alerted()) >= len(timers), 300, "the timers", 1)
     with get_client(sync_client=True) as client:
         watchdog = client.read_flow_by_name("watchdog").id
+
         # The watchdog still checks: it ends the dead machine's in-process subflows too.
-        wait_until(lambda: settled(client, but=watchdog), 300, "every run to end", 1)
+        def stalled() -> str:
+            """The runs not ended yet, the workers' logs and the replicas."""
+            runs = all_runs(client)
+            waiting = [
+                f"{r.name} {r.parameters}: {r.state.type.value} {r.state.name}" for r in runs
+                if not (r.state.is_final() or r.state.is_scheduled())
+            ]  # fmt: skip
+            return "\n".join([*waiting, *_cluster_state(c, workers, runs)])
+
+        wait_until(lambda: settled(client, but=watchdog), 300, "every run to end", 1, stalled)
         client.pause_deployment(client.read_deployment_by_name(DEPLOYMENT).id)
-        runs = wait_until(lambda: settled(client), 300, "the watchdog's runs to end", 1)
+        runs = wait_until(lambda: settled(client), 300, "the watchdog's runs to end", 1, stalled)
         first = client.read_flow_run(UUID(str(first_run[0])))
         last = client.read_flow_run(UUID(get_task(held).run_id))
     not_completed = [
