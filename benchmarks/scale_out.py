@@ -35,7 +35,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
-os.environ["TEAMFLOW_TEST_FORKSERVER"] = "0"  # what it measures starts anew, not forked
+os.environ.setdefault("TEAMFLOW_TEST_FORKSERVER", "0")  # as `team_task.py` says
 
 from team_task import (  # noqa: E402
     TEAM,

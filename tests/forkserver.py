@@ -67,6 +67,18 @@ SERVER = (
     "flows.compat.burner_redis_pubsub",
 )
 TEAMFLOW = ("flows.cli.app", "flows.worker", "flows.mcp.server")
+# Jupyter kernels for the metrics notebooks (`tests/test_notebooks.py`), with what the
+# notebooks import. matplotlib takes its backend from the environment when it is imported:
+# the fork server's is the inline backend a kernel sets (`_PRELOAD_ENV`).
+NOTEBOOK = (
+    "ipykernel.kernelapp",
+    "matplotlib.pyplot",
+    "pandas",
+    "models.metric_plots",
+    "models.metric_frames",
+    "models.approval_metrics",
+)
+_PRELOAD_ENV = {NOTEBOOK: {"MPLBACKEND": "module://matplotlib_inline.backend_inline"}}
 
 VARIABLE = "TEAMFLOW_TEST_FORKSERVER"
 
@@ -226,7 +238,7 @@ class _ForkServer:
 
         self.folder = Path(tempfile.mkdtemp(prefix="tf-forkserver-"))
         self.address = str(self.folder / "socket")
-        env = base_env(self.folder, "http://127.0.0.1:9/api")
+        env = base_env(self.folder, "http://127.0.0.1:9/api") | _PRELOAD_ENV.get(preload, {})
         # It ends when its stdin does, with this process (however it ends); a parent-death
         # signal would end it with the thread that started it.
         self.process = subprocess.Popen(

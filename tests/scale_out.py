@@ -16,12 +16,21 @@ import contextlib
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from prefect_server import Server, base_env, free_port, healthy, stop, wait_until, with_the_tests
+import forkserver
+from prefect_server import (
+    Server,
+    base_env,
+    free_port,
+    healthy,
+    prefect_cli,
+    stop,
+    wait_until,
+    with_the_tests,
+)
 from teamflow_workers import postgres_databases
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
@@ -33,13 +42,13 @@ REDIS_DBS = range(8, 16, 2)
 class Cluster:
     server: Server
     """The balancer's URL as the server every client uses; `env` for teamflow processes."""
-    replicas: list[subprocess.Popen]
-    services: subprocess.Popen
+    replicas: list[forkserver.Process]
+    services: forkserver.Process
     """The (first) services process."""
     balancer: subprocess.Popen
     teamflow_url: str
     logs: list[Path] = field(default_factory=list)
-    all_services: list[subprocess.Popen] = field(default_factory=list)
+    all_services: list[forkserver.Process] = field(default_factory=list)
     """Every services process (`cluster(services=N)`: N, each running its share)."""
 
 
@@ -129,6 +138,16 @@ def _popen(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
         )  # fmt: skip
 
 
+def _server(args: list[str], env: dict[str, str], log: Path) -> forkserver.Process:
+    """`python -m flows.server ARGS` (a replica or a services process), forked from the
+    fork server with Prefect's server imported (`forkserver`)."""
+    with log.open("ab") as out:
+        return forkserver.popen(
+            forkserver.SERVER, "flows.server", args, env=env, stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
 @contextlib.contextmanager
 def cluster(tmp: Path, admin_url: str, replicas: int = 2, services: int = 1) -> Iterator[Cluster]:
     """The distributed setup, started; everything stopped, and its databases and Redis dbs
@@ -136,7 +155,7 @@ def cluster(tmp: Path, admin_url: str, replicas: int = 2, services: int = 1) -> 
     (`SERVICE_SPLITS`)."""
     assert services in SERVICE_SPLITS, services
     redis_db = _redis_db()
-    processes: list[subprocess.Popen] = []
+    processes: list[forkserver.Process] = []
     try:
         with postgres_databases(admin_url) as (prefect_url, teamflow_url):
             port = free_port()
@@ -154,10 +173,7 @@ def cluster(tmp: Path, admin_url: str, replicas: int = 2, services: int = 1) -> 
             )
             Path(env["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
             # Migrate once: replicas started together on a fresh database race otherwise.
-            migrated = subprocess.run(
-                [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
-                env=env, capture_output=True, text=True, timeout=300,
-            )  # fmt: skip
+            migrated = prefect_cli(["server", "database", "upgrade", "-y"], env)
             assert migrated.returncode == 0, migrated.stdout[-2000:] + migrated.stderr[-2000:]
             serving = {**env, "PREFECT_API_DATABASE_MIGRATE_ON_START": "false"}
             ports = [free_port() for _ in range(replicas)]
@@ -168,9 +184,9 @@ def cluster(tmp: Path, admin_url: str, replicas: int = 2, services: int = 1) -> 
             for n, p in enumerate(ports, 1):
                 log = tmp / f"replica-{n}.log"
                 logs.append(log)
-                process = _popen(
-                    [sys.executable, "-m", "flows.server", "start", "--host", "127.0.0.1",
-                     "--port", str(p), "--no-services", "--analytics-off"],
+                process = _server(
+                    ["start", "--host", "127.0.0.1", "--port", str(p), "--no-services",
+                     "--analytics-off"],
                     serving, log,
                 )  # fmt: skip
                 processes.append(process)
@@ -185,8 +201,8 @@ def cluster(tmp: Path, admin_url: str, replicas: int = 2, services: int = 1) -> 
             for n, share in enumerate(SERVICE_SPLITS[services], 1):
                 services_log = tmp / ("services.log" if n == 1 else f"services-{n}.log")
                 logs.append(services_log)
-                process = _popen([sys.executable, "-m", "flows.server", "services", "start"],
-                                 serving | service_share(share), services_log)  # fmt: skip
+                process = _server(["services", "start"], serving | service_share(share),
+                                  services_log)  # fmt: skip
                 processes.append(process)
                 started_services.append(process)
             config = tmp / "haproxy.cfg"

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -34,7 +33,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from prefect_server import ROOT, Server, postgres_template, start, stop, wait_until
+from prefect_server import (
+    ROOT,
+    Server,
+    postgres_template,
+    prefect_cli,
+    start,
+    stop,
+    wait_until,
+)
 
 from flows.runner import tls_context
 
@@ -68,12 +75,9 @@ def register_deployments(server: Server, log: Path) -> None:
         ["--no-prompt", "deploy", "--all", "--prefect-file", str(ROOT / "prefect.yaml")],
     ]
     for command in commands:
-        with log.open("ab") as out:
-            done = subprocess.run(
-                [sys.executable, "-m", "prefect", *command],
-                env=server.env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT, timeout=300, check=False,
-            )  # fmt: skip
+        done = prefect_cli(command, server.env)
+        with log.open("a") as out:
+            out.write(done.stdout + done.stderr)
         assert done.returncode == 0, f"prefect {' '.join(command)}:\n{log.read_text()[-3000:]}"
     if "PREFECT_API_AUTH_STRING" not in server.env:
         _DEPLOYED = _deployed(server.api)
@@ -222,9 +226,10 @@ def postgres_databases(admin_url: str) -> Iterator[tuple[str, str]]:
 
 def benchmark_environment() -> None:
     """This process's environment for a benchmark: none of the user's PREFECT_ and TEAMFLOW_
-    settings (but TEAMFLOW_TEST_POSTGRES_URL), no telemetry, Prefect logging only errors."""
+    settings (but the tests' own, TEAMFLOW_TEST_*: the PostgreSQL to use, and whether the
+    processes are forked), no telemetry, Prefect logging only errors."""
     for name in list(os.environ):
-        if name.startswith(("PREFECT_", "TEAMFLOW_")) and name != "TEAMFLOW_TEST_POSTGRES_URL":
+        if name.startswith(("PREFECT_", "TEAMFLOW_")) and not name.startswith("TEAMFLOW_TEST_"):
             del os.environ[name]
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     os.environ["DO_NOT_TRACK"] = "1"

@@ -27,7 +27,15 @@ import pytest
 from cli_runner import teamflow as run_teamflow
 from factories import TEAM, research_team
 from prefect.client.orchestration import get_client
-from prefect_server import ROOT, Server, assert_clean_log, prefect_server, talk_to, wait_until
+from prefect_server import (
+    ROOT,
+    Server,
+    assert_clean_log,
+    prefect_cli,
+    prefect_server,
+    talk_to,
+    wait_until,
+)
 from teamflow_workers import postgres_databases, register_deployments, teamflow_workers
 from test_prefect_services import SERVICES
 
@@ -163,12 +171,10 @@ def test_a_schedule_fires_survives_redeploy_and_stops_when_paused(live: Env) -> 
     assert run.auto_scheduled, "the run was not made by Prefect's scheduler"
 
     # `teamflow up` again = `prefect deploy --all`: the team's schedule stays and fires on.
-    redeploy = subprocess.run(
-        [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all",
-         "--prefect-file", str(ROOT / "prefect.yaml")],
-        env=live.server.env, cwd=ROOT, stdin=subprocess.DEVNULL, capture_output=True,
-        text=True, timeout=300, check=False,
-    )  # fmt: skip
+    redeploy = prefect_cli(
+        ["--no-prompt", "deploy", "--all", "--prefect-file", str(ROOT / "prefect.yaml")],
+        live.server.env,
+    )
     assert redeploy.returncode == 0, redeploy.stdout[-2000:] + redeploy.stderr[-2000:]
     assert [str(s.id) for s in schedules(pulse["id"])] == [pulse["scheduleId"]]
     seen = len(alerts_named("coordinator", "pulse"))

@@ -26,6 +26,7 @@ from prefect_server import (
     base_env,
     free_port,
     kill_group,
+    prefect_cli,
     prefect_server,
     start,
     stop,
@@ -54,10 +55,7 @@ def prefect(
     srv: Server, *args: str, cwd: Path = ROOT, check: bool = True
 ) -> subprocess.CompletedProcess:
     """The `prefect` CLI against the test server, without prompts."""
-    result = subprocess.run(
-        [sys.executable, "-m", "prefect", "--no-prompt", *args],
-        env=srv.env, cwd=cwd, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+    result = prefect_cli(["--no-prompt", *args], srv.env, cwd=cwd, timeout=180)
     if check:
         assert result.returncode == 0, result.stdout + result.stderr
     return result
