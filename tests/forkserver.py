@@ -81,6 +81,8 @@ NOTEBOOK = (
 _PRELOAD_ENV = {NOTEBOOK: {"MPLBACKEND": "module://matplotlib_inline.backend_inline"}}
 
 VARIABLE = "TEAMFLOW_TEST_FORKSERVER"
+CODE = "-c"
+"""In place of a module: `popen(preload, CODE, [source, *args])` is `python -c SOURCE ARGS`."""
 
 _servers: dict[tuple[str, ...], _ForkServer] = {}
 _lock = threading.Lock()
@@ -111,7 +113,7 @@ def popen(
     """`python -m MODULE *args` in a new session, forked from the fork server of `preload`
     (or started anew where it cannot be: see the module's doc). stdin is /dev/null; stdout
     and stderr are open files, DEVNULL or None (this process's); stderr may be STDOUT."""
-    command = [sys.executable, "-m", module, *args]
+    command = _plain(module, args)
     if enabled():
         request = {
             "module": module, "argv": list(args), "env": dict(env),
@@ -136,8 +138,13 @@ def command(preload: tuple[str, ...], module: str, args: Sequence[str]) -> list[
     """The command line of `python -m MODULE *args` for another program to start: through
     the fork server of `preload` (the launcher the module's doc describes), or plain."""
     if not enabled():
-        return [sys.executable, "-m", module, *args]
+        return _plain(module, args)
     return [sys.executable, __file__, "--via", _server(preload), module, *args]
+
+
+def _plain(module: str, args: Sequence[str]) -> list[str]:
+    """The command line that starts `module` (or `CODE`) with `args` anew."""
+    return [sys.executable, *([CODE] if module == CODE else ["-m", module]), *args]
 
 
 def _server(preload: tuple[str, ...]) -> str:
@@ -387,7 +394,7 @@ def _via(address: str, module: str, args: list[str]) -> None:
     }  # fmt: skip
     forked = _request(address, request, [0, 1, 2])
     if forked is None:
-        os.execv(sys.executable, [sys.executable, "-m", module, *args])
+        os.execv(sys.executable, _plain(module, args))
     pid, channel = forked
 
     def pass_on(sig: int, _: Any) -> None:
@@ -414,4 +421,8 @@ elif __name__ == "__main__":
     request, fds = _serve(sys.argv[1], sys.argv[2:])
     _become(request, fds)
     del request, fds
-    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+    if sys.argv[0] == CODE:  # as `python -c SOURCE ARGS` has it: sys.argv is ["-c", ARGS]
+        source = sys.argv.pop(1)
+        exec(compile(source, "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)

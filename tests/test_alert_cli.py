@@ -99,14 +99,14 @@ def ok_json(live: Env, *args: str):
     return json.loads(done.stdout)
 
 
-def listed(live: Env, alert_id: int) -> dict:
-    [row] = [r for r in ok_json(live, "alert", "list", TEAM) if r["id"] == alert_id]
+def listed(live: Env, alert_id: int, team: str = TEAM) -> dict:
+    [row] = [r for r in ok_json(live, "alert", "list", team) if r["id"] == alert_id]
     return row
 
 
-def alerts_named(member: str, name: str) -> list[inbox_table.InboxMessageRow]:
+def alerts_named(member: str, name: str, team: str = TEAM) -> list[inbox_table.InboxMessageRow]:
     return [
-        m for m in inbox.messages(TEAM, member)
+        m for m in inbox.messages(team, member)
         if m.type == "system_alert" and m.payload["alert_name"] == name
     ]  # fmt: skip
 
@@ -118,6 +118,22 @@ def schedules(alert_id: int | None = None) -> list:
     if alert_id is None:
         return found
     return [s for s in found if (s.parameters or {}).get("alert_id") == alert_id]
+
+
+MINUTE_TEAM = "minute-team"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def minutely(live: Env) -> dict:
+    """A one-minute cron schedule, made as the module starts: its first minute passes while
+    the module's other tests run, not in a test of its own. On a team of its own, so the
+    other tests' alert lists do not change when it fires."""
+    membership.create_team(MINUTE_TEAM, description="A minute's alerts", lead="coordinator")
+    membership.add_member(MINUTE_TEAM, "analyst-2", model="sonnet", prompt="You keep time.")
+    return ok_json(
+        live, "alert", "schedule", MINUTE_TEAM, "--name", "minutely",
+        "--message", "a minute passed", "--cron", "* * * * *", "--to", "analyst-2",
+    )  # fmt: skip
 
 
 def test_a_timer_reaches_the_member_and_list_shows_its_firing(live: Env) -> None:
@@ -208,19 +224,21 @@ def test_a_schedule_fires_survives_redeploy_and_stops_when_paused(live: Env) -> 
     assert schedules(pulse["id"]) == []
 
 
-def test_a_one_minute_cron_schedule_puts_the_alert_in_the_inbox(live: Env) -> None:
-    """The README's kind of schedule, at its shortest: Prefect's scheduler fires it each minute."""
-    minute = ok_json(
-        live, "alert", "schedule", TEAM, "--name", "minutely", "--message", "a minute passed",
-        "--cron", "* * * * *", "--to", "analyst-2",
-    )  # fmt: skip
+def test_a_one_minute_cron_schedule_puts_the_alert_in_the_inbox(live: Env, minutely: dict) -> None:
+    """The README's kind of schedule, at its shortest: Prefect's scheduler fires it each
+    minute (made when the module started: `minutely`)."""
+    minute = minutely
     due = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in minute["nextFireTimes"]]
     assert [t.second for t in due] == [0, 0, 0] and due[1] - due[0] == timedelta(minutes=1)
 
-    [message] = wait_until(lambda: alerts_named("analyst-2", "minutely"), 180, "the cron firing")
+    [message, *_] = wait_until(
+        lambda: alerts_named("analyst-2", "minutely", MINUTE_TEAM), 180, "the cron firing"
+    )
     assert message.payload["alert_type"] == "SCHEDULED_EVENT"
     assert message.payload["message"] == "a minute passed"
-    firing = wait_until(lambda: listed(live, minute["id"])["lastFiring"], 180, "the firing")
+    firing = wait_until(
+        lambda: listed(live, minute["id"], MINUTE_TEAM)["lastFiring"], 180, "the firing"
+    )
     assert firing["outcome"] == "delivered" and firing["recipients"] == ["analyst-2"]
     fired_slot = datetime.fromisoformat(firing["dueAt"].replace("Z", "+00:00"))
     assert fired_slot.second == 0, firing  # a cron slot, not whenever something polled

@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from itertools import pairwise
@@ -198,19 +197,21 @@ def run_together(writers: list[tuple[str, str, int]], workdir: Path, *args: str)
     """
     barrier = workdir / "barrier"
     barrier.mkdir()
-    procs: list[tuple[str, subprocess.Popen, Path]] = []
+    procs: list[tuple[str, forkserver.Process, Path]] = []
     try:
         for code, prefix, count in writers:
             log = workdir / f"{prefix}.stderr"
             with log.open("wb") as err:
-                proc = subprocess.Popen(
-                    [sys.executable, "-c", code, prefix, str(count), str(barrier), *args],
+                # `python -c CODE ...`, forked from the fork server that has teamflow
+                # imported: a writer's imports are not what this measures.
+                proc = forkserver.popen(
+                    forkserver.TEAMFLOW, forkserver.CODE,
+                    [code, prefix, str(count), str(barrier), *args],
                     cwd=REPO,
                     env=os.environ.copy(),  # the test's TEAMFLOW_DATABASE_URL and HOME
                     stdout=subprocess.DEVNULL,
                     stderr=err,
-                    start_new_session=True,
-                )
+                )  # fmt: skip
             procs.append((prefix, proc, log))
         deadline = time.monotonic() + START_TIMEOUT
         while not all((barrier / f"ready-{prefix}").exists() for prefix, _, _ in procs):

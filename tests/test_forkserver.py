@@ -71,6 +71,25 @@ def test_a_forked_child_runs_the_module_with_its_environment_directory_and_strea
     assert {**json.loads(plain.stdout), "pid": child.pid} == seen
 
 
+def test_a_forked_child_runs_code_as_python_dash_c_does(probe_dir: Path) -> None:
+    out = probe_dir / "out"
+    with out.open("wb") as stream:
+        child = forkserver.popen(
+            PRELOAD, forkserver.CODE, [PROBE, "4", "a"], env=_env(), cwd=probe_dir,
+            stdout=stream, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        assert isinstance(child, forkserver.Forked)
+        assert child.wait(timeout=60) == 4
+    seen = json.loads(out.read_text())
+    plain = subprocess.run(
+        [sys.executable, "-c", PROBE, "4", "a"], env=_env(), cwd=probe_dir,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert plain.returncode == 4
+    assert {**json.loads(plain.stdout), "pid": child.pid} == seen
+    assert seen["argv"] == ["4", "a"] and seen["name"] == "__main__"
+
+
 def test_a_forked_child_stopped_by_its_group_reports_the_signal_and_its_cpu(
     probe_dir: Path,
 ) -> None:
