@@ -14,9 +14,10 @@ working directory it was given, the test's files as its standard streams (passed
 Unix socket), SIGTERM when its fork server ends (which ends with the test process), and
 `python -m MODULE ARGS` run as `__main__`. What differs from a process started anew is only
 that the modules of its set were imported before its environment was set: Prefect's settings
-and logging, which Prefect builds at import, are built again from the child's environment
-(`_become`); a variable that only the interpreter reads at start (`PYTHON*`) makes
-`popen` start a plain process instead. `Forked` stands in for the child's `Popen` (pid,
+and logging, which Prefect builds at import, are built again from the child's environment,
+and so are its perpetual services, whose intervals Prefect reads at import (`_become`); a
+variable that only the interpreter reads at start (`PYTHON*`) makes `popen` start a plain
+process instead. `Forked` stands in for the child's `Popen` (pid,
 poll, wait, returncode, send_signal, terminate, kill); the fork server reaps the child and
 reports its exit status and CPU time (`reaped_cpu`, which `--cpu-report` counts).
 
@@ -383,6 +384,26 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
 
         prefect.context.refresh_global_settings_context()
         setup_logging(incremental=False)
+        _perpetual_services_from_settings()
+
+
+def _perpetual_services_from_settings() -> None:
+    """Prefect's perpetual services (the scheduler, late runs, the foreman, proactive
+    triggers, ...) take their intervals from the settings when their modules are imported:
+    `Perpetual(every=...)` is a default argument. Imported by the fork server, they would
+    keep its intervals (the defaults: the scheduler's loop every 60 s) whatever the child's
+    environment says. Their modules are run again under the child's settings, in place of
+    the fork server's (a module registers its services as it runs)."""
+    import importlib
+
+    registry = sys.modules.get("prefect.server.services.perpetual_services")
+    if registry is None:
+        return
+    services = registry._PERPETUAL_SERVICES
+    modules = list(dict.fromkeys(config.function.__module__ for config in services))
+    services.clear()
+    for name in modules:
+        importlib.reload(sys.modules[name])
 
 
 def _via(address: str, module: str, args: list[str]) -> None:

@@ -169,3 +169,40 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+SCHEDULER_EVERY = """
+import inspect
+import prefect.server.events.services.triggers  # registers a service too, as a server does
+from prefect.server.services.perpetual_services import get_perpetual_services
+from prefect.server.services.scheduler import schedule_deployments
+
+perpetual = inspect.signature(schedule_deployments).parameters["perpetual"].default
+served = [c.function for c in get_perpetual_services()]
+print(perpetual.every.total_seconds(), schedule_deployments in served, len(served))
+"""
+
+
+def test_a_forked_server_takes_its_service_intervals_from_its_own_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prefect reads a perpetual service's interval when its module is imported; a child of
+    the server fork server (which imported it under its own environment) has the child's,
+    and each service registered once, as a server started anew has them."""
+    monkeypatch.setenv(forkserver.VARIABLE, "1")
+    env = {**os.environ, "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "7"}
+    out = tmp_path / "out"
+    with out.open("wb") as stream:
+        child = forkserver.popen(
+            forkserver.SERVER, forkserver.CODE, [SCHEDULER_EVERY], env=env, cwd=tmp_path,
+            stdout=stream, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        assert isinstance(child, forkserver.Forked)
+        assert child.wait(timeout=120) == 0, out.read_text()
+    plain = subprocess.run(
+        [sys.executable, "-c", SCHEDULER_EVERY], env=env, cwd=tmp_path,
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+    assert out.read_text().split() == plain.stdout.split()
+    assert out.read_text().split()[:2] == ["7.0", "True"]
