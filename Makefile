@@ -22,7 +22,8 @@ test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
 # Everything, as CI runs it; the slowest 15 tests and the 15 modules that cost the most
 # CPU are listed at the end. Three test processes: four were faster with the fork servers,
-# but one run of four timed out in test_scale_out (docs/getting-started.md).
+# but one run of four timed out in test_scale_out; six were slower than three (the
+# machine was busy 98 % of the run: docs/getting-started.md).
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
