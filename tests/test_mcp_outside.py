@@ -109,6 +109,51 @@ def test_a_task_freed_by_its_blocker_starts_its_run_for_an_outside_member(
     assert (members["alice"]["tasks"], members["bob"]["tasks"]) == (1, 1)
 
 
+@pytest.mark.system
+def test_a_freed_task_its_member_took_before_its_run_started_still_gets_its_run(
+    prefect_env,  # noqa: F811 (the fixture)
+) -> None:
+    """The race of a close and a quick outside member: the member takes the task its blocker
+    freed in the instant between the close's commit and the start of the task's run (the
+    close's `_start`). The run is started all the same, and adopts the task: every task is
+    still a Prefect run, and its metrics are recorded."""
+    from flows.mcp.task_tools import _start
+    from models.db import session_scope
+    from models.dependencies import add_blockers
+    from models.task_edit import TaskChanges, update_task
+
+    _outside_team("alice", "bob")
+    with session_scope() as s:
+        first = task.create_task(TEAM, title="First", assignees=["alice"], session=s)
+        second = task.create_task(TEAM, title="Second", assignees=["bob"], session=s)
+        add_blockers(second, [str(first.id)], session=s)
+        first_id, second_id = str(first.id), str(second.id)
+    with session_scope() as s:  # alice's report, committed: the close claims bob's start
+        done = update_task(TEAM, first_id, TaskChanges(status="completed"), session=s)
+    assert [str(t) for t, _ in done.ready] == [second_id]
+    bob = identity.issue_token(TEAM, "bob")
+    anyio.run(lambda: _as(bob, "task_update", team_name=TEAM, task_id=second_id,
+                          status="in_progress"))  # fmt: skip
+    started = _start(second_id, TEAM, owner_changed=False)  # the close, after the commit
+    assert started is not None and started["flow_run_id"], started
+    wait_until(
+        lambda: any(
+            m.type == "task_assignment" and m.payload["task_id"] == second_id
+            for m in inbox.messages(TEAM, "bob")
+        ),
+        120,
+        "bob's task_assignment from his run",
+    )
+    anyio.run(lambda: _as(bob, "task_update", team_name=TEAM, task_id=second_id,
+                          status="completed", result="done"))  # fmt: skip
+    wait_until(
+        lambda: _run_state(prefect_env.api, started["flow_run_id"])[0] == "COMPLETED",
+        120,
+        "bob's run",
+    )
+    assert _metrics()["bob"]["tasks"] == 1
+
+
 @pytest.fixture
 def suspending_prefect(
     deployed_prefect, db_url: str, home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

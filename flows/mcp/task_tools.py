@@ -139,9 +139,12 @@ def _start(task_id: str, team: str, *, owner_changed: bool) -> dict[str, Any] | 
     from models.db import session_scope
     from models.dependencies import open_blockers
 
+    # A task freed by a close may be taken by its outside member in the instant the close
+    # commits, before its run is started here: the run adopts it (`team_task.adopt`).
+    startable = ("pending",) if owner_changed else ("pending", "in_progress")
     with session_scope() as s:
         info = task_info(task_id, session=s)
-        if not info["assignees"] or info["status"] != "pending":
+        if not info["assignees"] or info["status"] not in startable:
             return None
         if owner_changed and open_blockers(uuid.UUID(task_id), session=s):
             return {"task_id": task_id, "note": "it starts when its blockers complete"}
