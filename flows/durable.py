@@ -32,7 +32,7 @@ from models.retry import retrying
 
 WORK_FIELDS = (
     "steps", "tokens", "tool_calls", "tool_failures", "approval_wait_s", "response",
-    "plan_approved", "denied_request", "feedback_id",
+    "plan_approved", "denied_request", "feedback_id", "stopped",
 )  # fmt: skip
 """What a member's `Work` carries from one step to the next (restored on resume)."""
 

@@ -349,7 +349,7 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
     keeper = asyncio.ensure_future(liveness.keep())
     try:
         await restart_orphans(info, name, journal, work)
-        while work.steps < max_steps:
+        while work.steps < max_steps and not work.stopped:
             number = work.steps + 1
             step = journal.response(number)
             # The member's heartbeat "thinking" rides on the step's first transaction.
@@ -416,6 +416,7 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
             notes, work.notes = work.notes, []
             if response.response:
                 work.response = response.response
+            work.stopped = stop  # recorded with the step: a resume after it asks no more
             await anyio.to_thread.run_sync(
                 partial(_record_step, journal=journal, work=work),
                 member.agent_id, conversation_id, response, results, notes,
@@ -425,7 +426,8 @@ async def work_on(info: dict[str, Any], name: str, max_steps: int) -> Work:
             if stop:
                 break
         else:
-            raise StepError(f"{name} did not finish within {max_steps} steps")
+            if not work.stopped:  # a resumed run whose member had stopped: it is done
+                raise StepError(f"{name} did not finish within {max_steps} steps")
         # An agent that stopped while ASYNC actions still run: their results still arrive.
         if work.pending:
             await asyncio.gather(*work.pending)

@@ -25,6 +25,7 @@ class Work:
     plan_approved: bool = False
     denied_request: str | None = None
     feedback_id: str | None = None
+    stopped: bool = False  # its last step stopped it: a resumed run asks for no more
     failed_step: int | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)  # (userid, text) to record
     pending: set[asyncio.Task] = field(default_factory=set)

@@ -191,6 +191,34 @@ def test_a_resumed_task_goes_on_from_its_last_completed_step(lines: Path) -> Non
     assert outcome["members"][MEMBER]["steps"] == 4
 
 
+def test_a_member_that_had_stopped_is_not_asked_again_after_a_resume(lines: Path) -> None:
+    """A run recorded the member's last step (it stopped) and died before it closed the
+    task. The resume finds the member done: it asks for no more steps and closes the task
+    (a resume that asked again ran a scripted agent past its playbook)."""
+    playbook = [_step(_call("append_line", "step-1")), _step(stop=True)]
+    membership.update_member(TEAM, MEMBER, runtime={"kind": "scripted", "playbook": playbook})
+    task = create_task(TEAM, title="Lines", assignees=[MEMBER])
+    task_id = str(task.id)
+    first = asyncio.run(run_team_task(task_id, max_steps=1))
+    assert first["status"] == "archived"
+    lease = get_task(task_id).lease
+    write = journal.write
+    write(task_id, 0, lease, MEMBER, 2, "response", "done",
+          {"response": _step(stop=True), "tokens": 0})  # fmt: skip
+    after = {
+        "steps": 2, "tokens": 0, "tool_calls": 1, "tool_failures": 0, "approval_wait_s": 0.0,
+        "response": "done", "plan_approved": False, "denied_request": None,
+        "feedback_id": None, "stopped": True,
+    }  # fmt: skip
+    write(task_id, 0, lease, MEMBER, 2, "step", "done", after)
+
+    resumed = resume_task(task_id)
+    outcome = asyncio.run(run_team_task(task_id, lease=resumed.lease))
+    assert outcome["status"] == "completed", outcome
+    assert lines.read_text().split() == ["step-1"]
+    assert outcome["members"][MEMBER]["steps"] == 2
+
+
 def test_a_decided_plan_is_not_asked_again_after_a_resume(lines: Path) -> None:
     """A run asked for plan approval and died while it waited; the plan was approved
     meanwhile. The resume takes the decision: no second request, and the plan-mode
