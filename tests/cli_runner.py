@@ -62,7 +62,7 @@ def subprocess_teamflow(
 ) -> subprocess.CompletedProcess:
     """The real `python -m flows.cli ...` process (forked from the tests' fork server)."""
     return subprocess.run(
-        forkserver.command(forkserver.TEAMFLOW, "flows.cli", args),
+        forkserver.command(forkserver.TEAMFLOW, "flows.cli", args, children_forked=True),
         env=dict(os.environ if env is None else env), cwd=cwd,
         stdin=subprocess.DEVNULL if stdin_devnull else None,
         capture_output=True, text=True, timeout=timeout,

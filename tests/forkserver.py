@@ -21,12 +21,16 @@ process instead. `Forked` stands in for the child's `Popen` (pid,
 poll, wait, returncode, send_signal, terminate, kill); the fork server reaps the child and
 reports its exit status and CPU time (`reaped_cpu`, which `--cpu-report` counts).
 
+With `children_forked`, a forked `teamflow up` (or demo) forks the server, worker, MCP
+server and REST API it starts from the same fork servers (`_children_forked`), each tied to
+it as `setpriv --pdeathsig TERM` would tie it.
+
 A command line that a test hands to another program (an MCP client that starts
 `teamflow mcp` itself, an example agent) goes through the same fork server:
 
     argv = forkserver.command(TEAMFLOW, "flows.cli", ["mcp"])
 
-is `python tests/forkserver.py --via SOCKET flows.cli mcp`, a launcher of a few
+is `python tests/forkserver.py --via SOCKET {} flows.cli mcp`, a launcher of a few
 milliseconds that hands its own standard streams, environment and directory to a child
 forked for it, passes on the signals it gets (TERM, INT, HUP, QUIT), and ends as the child
 ends, with its exit status; if the launcher is killed outright, the fork server ends the
@@ -67,7 +71,7 @@ SERVER = (
     "flows.compat.uvicorn_server",
     "flows.compat.burner_redis_pubsub",
 )
-TEAMFLOW = ("flows.cli.app", "flows.worker", "flows.mcp.server")
+TEAMFLOW = ("flows.cli.app", "flows.worker", "flows.mcp.server", "flows.up")
 # Jupyter kernels for the metrics notebooks (`tests/test_notebooks.py`), with what the
 # notebooks import. matplotlib takes its backend from the environment when it is imported:
 # the fork server's is the inline backend a kernel sets (`_PRELOAD_ENV`).
@@ -110,16 +114,21 @@ def popen(
     stdout: IO[Any] | int | None = None,
     stderr: IO[Any] | int | None = None,
     sigint_ignored: bool = False,
+    children_forked: bool = False,
 ) -> Process:
     """`python -m MODULE *args` in a new session, forked from the fork server of `preload`
     (or started anew where it cannot be: see the module's doc). stdin is /dev/null; stdout
-    and stderr are open files, DEVNULL or None (this process's); stderr may be STDOUT."""
+    and stderr are open files, DEVNULL or None (this process's); stderr may be STDOUT.
+    `children_forked`: the processes it starts through `flows.up_processes` (`teamflow up`'s
+    and the demo's) are forked too (`_children_forked`)."""
     command = _plain(module, args)
     if enabled():
         request = {
             "module": module, "argv": list(args), "env": dict(env),
             "cwd": str(cwd or os.getcwd()), "sigint_ignored": sigint_ignored, "tied": False,
         }  # fmt: skip
+        if children_forked:
+            request["children"] = _children_via(preload)
         with open(os.devnull, "r+b") as devnull:
             out = _fileno(stdout, sys.stdout, devnull)
             err = out if stderr == subprocess.STDOUT else _fileno(stderr, sys.stderr, devnull)
@@ -135,12 +144,22 @@ def popen(
     )  # fmt: skip
 
 
-def command(preload: tuple[str, ...], module: str, args: Sequence[str]) -> list[str]:
+def command(
+    preload: tuple[str, ...], module: str, args: Sequence[str], *, children_forked: bool = False
+) -> list[str]:
     """The command line of `python -m MODULE *args` for another program to start: through
-    the fork server of `preload` (the launcher the module's doc describes), or plain."""
+    the fork server of `preload` (the launcher the module's doc describes), or plain.
+    `children_forked` as `popen` has it."""
     if not enabled():
         return _plain(module, args)
-    return [sys.executable, __file__, "--via", _server(preload), module, *args]
+    children = json.dumps(_children_via(preload) if children_forked else {})
+    return [sys.executable, __file__, "--via", _server(preload), children, module, *args]
+
+
+def _children_via(preload: tuple[str, ...]) -> dict[str, str]:
+    """Where a command's own children are forked: a Prefect server from the fork server of
+    `SERVER`, anything else from the command's own (`preload`)."""
+    return {"flows.server": _server(SERVER), "": _server(preload)}
 
 
 def _plain(module: str, args: Sequence[str]) -> list[str]:
@@ -373,6 +392,8 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     for fd in set(fds):
         if fd > 2:
             os.close(fd)
+    if request.get("umask", -1) >= 0:
+        os.umask(request["umask"])
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
@@ -385,6 +406,54 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
         prefect.context.refresh_global_settings_context()
         setup_logging(incremental=False)
         _perpetual_services_from_settings()
+    if request.get("children"):
+        _children_forked(request["children"])
+
+
+def _children_forked(via: dict[str, str]) -> None:
+    """In a forked `teamflow` command: the processes `flows.up_processes` starts (`up`'s and
+    the demo's Prefect server, worker, MCP server and REST API) are forked too, from the
+    test process's fork servers at `via` (by module; "" for any other). Each is tied to the
+    command as `setpriv --pdeathsig TERM` ties it (the command's end, however it ends, sends
+    it SIGTERM), and has its own pid, session, umask and exit status: a test that kills or
+    freezes one by the pid `up` printed hits the process itself, and `up` sees it die as it
+    would."""
+    import flows.up_processes
+
+    real = subprocess
+
+    def popen(argv: list[str], **options: Any) -> Any:
+        plain = argv[argv.index("--") + 1 :] if argv[0].endswith("/setpriv") else argv
+        module = plain[2] if plain[:2] == [sys.executable, "-m"] else None
+        if module is None or not options.get("start_new_session"):
+            return real.Popen(argv, **options)
+        request = {
+            "module": module, "argv": plain[3:], "env": dict(options["env"]),
+            "cwd": str(options.get("cwd") or os.getcwd()), "tied": True,
+            "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN,
+            "umask": options.get("umask", -1),
+        }  # fmt: skip
+        with open(os.devnull, "r+b") as devnull:
+            out = _fileno(options.get("stdout"), sys.stdout, devnull)
+            stderr = options.get("stderr")
+            err = out if stderr == real.STDOUT else _fileno(stderr, sys.stderr, devnull)
+            try:
+                forked = _request(via.get(module, via[""]), request, [devnull.fileno(), out, err])
+            except OSError:  # the test process's fork server has ended
+                forked = None
+        if forked is None:
+            return real.Popen(argv, **options)
+        return Forked(plain, *forked)
+
+    class Subprocess:
+        """`subprocess` as `flows.up_processes` sees it: `Popen` forks where it can."""
+
+        Popen = staticmethod(popen)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    flows.up_processes.subprocess = Subprocess()  # type: ignore[assignment]
 
 
 def _perpetual_services_from_settings() -> None:
@@ -406,12 +475,13 @@ def _perpetual_services_from_settings() -> None:
         importlib.reload(sys.modules[name])
 
 
-def _via(address: str, module: str, args: list[str]) -> None:
+def _via(address: str, children: dict[str, str], module: str, args: list[str]) -> None:
     """The launcher: `python -m MODULE ARGS`, forked for it with its streams, environment
     and directory; it passes on its signals and ends as the child does."""
     request = {
         "module": module, "argv": args, "env": dict(os.environ), "cwd": os.getcwd(),
         "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "tied": True,
+        "children": children,
     }  # fmt: skip
     forked = _request(address, request, [0, 1, 2])
     if forked is None:
@@ -433,7 +503,7 @@ def _via(address: str, module: str, args: list[str]) -> None:
 
 
 if __name__ == "__main__" and sys.argv[1] == "--via":
-    _via(sys.argv[2], sys.argv[3], sys.argv[4:])
+    _via(sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], sys.argv[5:])
 elif __name__ == "__main__":
     import runpy
 

@@ -542,12 +542,20 @@ def restart(server: Server) -> None:
 
 
 def start(
-    args: list[str], env: dict[str, str], log: Path, *, sigint_ignored: bool = False
+    args: list[str],
+    env: dict[str, str],
+    log: Path,
+    *,
+    sigint_ignored: bool = False,
+    children_forked: bool = True,
 ) -> forkserver.Process:
     """A teamflow command (`python -m flows.cli ...`) in its own session, output to `log`.
 
     It starts with SIGINT's default action, however the tests were started (a test run
-    started in the background ignores SIGINT), unless `sigint_ignored`. `teamflow up` on
+    started in the background ignores SIGINT), unless `sigint_ignored`. The processes `up`
+    starts are forked too unless not `children_forked` (for a test that reads one's
+    `/proc/PID/environ`, which shows a forked process's environment at its fork server's
+    start). `teamflow up` on
     its own SQLite database finds it migrated, with its deployments registered
     (`seed_prefect_db`)."""
     database = env.get("PREFECT_API_DATABASE_CONNECTION_URL") or env.get(
@@ -565,6 +573,7 @@ def start(
         return forkserver.popen(
             forkserver.TEAMFLOW, "flows.cli", args, env=env, cwd=ROOT, stdout=out,
             stderr=subprocess.STDOUT, sigint_ignored=sigint_ignored,
+            children_forked=children_forked,
         )  # fmt: skip
 
 

@@ -149,6 +149,58 @@ def test_a_launcher_killed_outright_takes_its_child_along(probe_dir: Path) -> No
     wait_until(lambda: not _alive(child), 60, "the fork server to end the child")
 
 
+SPAWNER = """
+import json, os, subprocess, sys
+from flows import up_processes
+
+ready, log_path = sys.argv[1:]
+with open(log_path, "ab") as log:
+    child = up_processes.subprocess.Popen(
+        up_processes._ours([sys.executable, "-m", "probe", "0", "--wait", ready], {}),
+        env=dict(os.environ), cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True, umask=0o077,
+    )
+print(json.dumps({"pid": child.pid, "kind": type(child).__name__}), flush=True)
+print(child.wait(), flush=True)
+"""
+
+
+def _spawning(probe_dir: Path, name: str) -> tuple[forkserver.Process, int, Path]:
+    """A command whose child, started as `teamflow up` starts its own, waits for a signal."""
+    ready, out = probe_dir / f"{name}.ready", probe_dir / f"{name}.out"
+    with out.open("wb") as stream:
+        spawner = forkserver.popen(
+            PRELOAD, forkserver.CODE, [SPAWNER, str(ready), str(probe_dir / f"{name}.log")],
+            env=_env(), cwd=probe_dir, stdout=stream, children_forked=True,
+        )  # fmt: skip
+    wait_until(ready.exists, 60, "the spawned child to start")
+    seen = json.loads(out.read_text().splitlines()[0])
+    assert seen["kind"] == "Forked", seen
+    return spawner, seen["pid"], out
+
+
+def test_what_a_command_starts_as_up_does_is_forked_with_its_own_pid_and_tied_to_it(
+    probe_dir: Path,
+) -> None:
+    """`teamflow up`'s server, worker, MCP server and API, forked: the pid `up` prints is the
+    process itself (a test kills or freezes it by that pid), with its own session and the
+    umask `up` gave it, and `up` sees how it ended; `up` killed outright takes it along, as
+    `setpriv --pdeathsig TERM` does when they are started anew."""
+    spawner, child, out = _spawning(probe_dir, "first")
+    fork_server = forkserver._servers[PRELOAD].process.pid
+    status = Path(f"/proc/{child}/status").read_text()
+    assert f"PPid:\t{fork_server}\n" in status and "Umask:\t0077\n" in status, status
+    assert os.getsid(child) == child
+    os.kill(child, signal.SIGKILL)
+    assert spawner.wait(timeout=60) == 0
+    assert out.read_text().splitlines()[-1] == str(-signal.SIGKILL)
+
+    spawner, child, _ = _spawning(probe_dir, "second")
+    spawner.kill()
+    assert spawner.wait(timeout=60) == -signal.SIGKILL
+    wait_until(lambda: not _alive(child), 60, "the fork server to end the child with `up`")
+
+
 def _launch_waiting(probe_dir: Path) -> tuple[subprocess.Popen, int]:
     """The launcher of a child that waits for a signal, once the child runs; its pid."""
     ready = probe_dir / "ready"

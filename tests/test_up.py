@@ -124,7 +124,8 @@ def test_up_runs_teamflow_for_real_and_stops_what_it_started(
     monkeypatch.setenv("PREFECT_SERVER_API_AUTH_STRING", AUTH)
     api = env["PREFECT_API_URL"]
     port = int(api.rsplit(":", 1)[1].split("/")[0])
-    first = start(["up"], env, tmp_path / "up-1.log")
+    # Started anew: the test reads the server's environment from /proc (`start`).
+    first = start(["up"], env, tmp_path / "up-1.log", children_forked=False)
     second = None
     pids: list[int] = []
     try:
