@@ -30,7 +30,7 @@ A command line that a test hands to another program (an MCP client that starts
 
     argv = forkserver.command(TEAMFLOW, "flows.cli", ["mcp"])
 
-is `python tests/forkserver.py --via SOCKET {} flows.cli mcp`, a launcher of a few
+is `python tests/forkserver.py --via SOCKET - flows.cli mcp`, a launcher of a few
 milliseconds that hands its own standard streams, environment and directory to a child
 forked for it, passes on the signals it gets (TERM, INT, HUP, QUIT), and ends as the child
 ends, with its exit status; if the launcher is killed outright, the fork server ends the
@@ -152,7 +152,9 @@ def command(
     `children_forked` as `popen` has it."""
     if not enabled():
         return _plain(module, args)
-    children = json.dumps(_children_via(preload) if children_forked else {})
+    # `MODULE=ADDRESS,...` or `-`: words a shell need not quote (`mcp_agent.py` splits them)
+    via = _children_via(preload) if children_forked else {}
+    children = ",".join(f"{name}={address}" for name, address in via.items()) or "-"
     return [sys.executable, __file__, "--via", _server(preload), children, module, *args]
 
 
@@ -503,7 +505,8 @@ def _via(address: str, children: dict[str, str], module: str, args: list[str]) -
 
 
 if __name__ == "__main__" and sys.argv[1] == "--via":
-    _via(sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], sys.argv[5:])
+    children = dict(pair.split("=", 1) for pair in sys.argv[3].split(",") if pair != "-")
+    _via(sys.argv[2], children, sys.argv[4], sys.argv[5:])
 elif __name__ == "__main__":
     import runpy
 
