@@ -315,12 +315,19 @@ def _serve(address: str, preload: list[str]) -> tuple[dict[str, Any], list[int]]
     sys.stdout.write("ready\n")
     sys.stdout.flush()
     children: dict[int, socket.socket] = {}
+    extra_cpu: dict[int, float] = {}  # what a child's own forked children cost (`_report_cpu`)
     while True:
         for key, _ in selector.select():
             if key.fileobj is listener:
                 channel, _ = listener.accept()
                 message, fds, _, _ = socket.recv_fds(channel, 1 << 20, 3)
                 request = json.loads(message)
+                if "children_cpu" in request:  # a child's report, before it ends
+                    if request["pid"] in children:
+                        extra_cpu[request["pid"]] = request["children_cpu"]
+                    channel.sendall(b"1")
+                    channel.close()
+                    continue
                 if _interpreter_settings(request["env"]) != _interpreter_settings(os.environ):
                     channel.sendall(b"0")  # the child would need a new interpreter
                     channel.close()
@@ -352,15 +359,16 @@ def _serve(address: str, preload: list[str]) -> tuple[dict[str, Any], list[int]]
             elif key.fileobj is wake_r:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wake_r, 4096)
-                _reap(children, selector)
+                _reap(children, selector, extra_cpu)
             else:  # a tied child's launcher has ended
                 selector.unregister(key.fileobj)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(key.data, signal.SIGTERM)
 
 
-def _reap(children: dict[int, socket.socket], selector: Any) -> None:
-    """Reports each ended child's exit status and CPU time on its channel."""
+def _reap(children: dict[int, socket.socket], selector: Any, extra_cpu: dict[int, float]) -> None:
+    """Reports each ended child's exit status and CPU time on its channel (with its own
+    forked children's, which it reported)."""
     while True:
         try:
             pid, status, usage = os.wait4(-1, os.WNOHANG)
@@ -369,7 +377,8 @@ def _reap(children: dict[int, socket.socket], selector: Any) -> None:
         if pid == 0:
             return
         channel = children.pop(pid)
-        report = {"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime}
+        cpu = usage.ru_utime + usage.ru_stime + extra_cpu.pop(pid, 0.0)
+        report = {"code": os.waitstatus_to_exitcode(status), "cpu": cpu}
         with contextlib.suppress(OSError):
             channel.sendall(json.dumps(report).encode())
         with contextlib.suppress(KeyError):
@@ -420,7 +429,11 @@ def _children_forked(via: dict[str, str]) -> None:
     it SIGTERM), and has its own pid, session, umask and exit status: a test that kills or
     freezes one by the pid `up` printed hits the process itself, and `up` sees it die as it
     would."""
+    import atexit
+
     import flows.up_processes
+
+    atexit.register(_report_cpu, via[""])
 
     real = subprocess
 
@@ -456,6 +469,21 @@ def _children_forked(via: dict[str, str]) -> None:
             return getattr(real, name)
 
     flows.up_processes.subprocess = Subprocess()  # type: ignore[assignment]
+
+
+def _report_cpu(address: str) -> None:
+    """At a forked command's end: the CPU of the children forked for it (which its fork
+    server reaps, not it) is added to its own, as a process started anew counts its reaped
+    children's, so `--cpu-report` counts what a forked `teamflow up` started. Told to its
+    own fork server (at `address`), which answers before the command ends."""
+    if not _reaped_cpu:
+        return
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.connect(address)
+        socket.send_fds(
+            s, [json.dumps({"pid": os.getpid(), "children_cpu": _reaped_cpu}).encode()], []
+        )
+        s.recv(8)
 
 
 def _perpetual_services_from_settings() -> None:

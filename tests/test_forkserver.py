@@ -30,7 +30,7 @@ if "--wait" in sys.argv:
     while True:
         signal.pause()
 if "--burn" in sys.argv:
-    sum(i * i for i in range(3_000_000))
+    sum(i * i for i in range(int(os.environ.get("PROBE_BURN", 3_000_000))))
 sys.exit(int(sys.argv[1]))
 """
 
@@ -153,27 +153,33 @@ SPAWNER = """
 import json, os, subprocess, sys
 from flows import up_processes
 
-ready, log_path = sys.argv[1:]
+ready, log_path, *burn = sys.argv[1:]
 with open(log_path, "ab") as log:
     child = up_processes.subprocess.Popen(
-        up_processes._ours([sys.executable, "-m", "probe", "0", "--wait", ready], {}),
-        env=dict(os.environ), cwd=os.getcwd(), stdin=subprocess.DEVNULL, stdout=log,
-        stderr=subprocess.STDOUT, start_new_session=True, umask=0o077,
+        up_processes._ours([sys.executable, "-m", "probe", "0", *(burn or ["--wait", ready])], {}),
+        env=dict(os.environ, PROBE_BURN="20000000"), cwd=os.getcwd(),
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True, umask=0o077,
     )
 print(json.dumps({"pid": child.pid, "kind": type(child).__name__}), flush=True)
-print(child.wait(), flush=True)
+code = child.wait()
+own = os.times()
+print(json.dumps({"code": code, "own_cpu": own.user + own.system}), flush=True)
 """
 
 
-def _spawning(probe_dir: Path, name: str) -> tuple[forkserver.Process, int, Path]:
-    """A command whose child, started as `teamflow up` starts its own, waits for a signal."""
+def _spawning(probe_dir: Path, name: str, *burn: str) -> tuple[forkserver.Process, int, Path]:
+    """A command whose child, started as `teamflow up` starts its own, waits for a signal
+    (or, `--burn`, spends some CPU and ends)."""
     ready, out = probe_dir / f"{name}.ready", probe_dir / f"{name}.out"
     with out.open("wb") as stream:
         spawner = forkserver.popen(
-            PRELOAD, forkserver.CODE, [SPAWNER, str(ready), str(probe_dir / f"{name}.log")],
+            PRELOAD, forkserver.CODE,
+            [SPAWNER, str(ready), str(probe_dir / f"{name}.log"), *burn],
             env=_env(), cwd=probe_dir, stdout=stream, children_forked=True,
         )  # fmt: skip
-    wait_until(ready.exists, 60, "the spawned child to start")
+    wait_until(lambda: ready.exists() or burn, 60, "the spawned child to start")
+    wait_until(lambda: out.read_text(), 60, "the spawner to say what it started")
     seen = json.loads(out.read_text().splitlines()[0])
     assert seen["kind"] == "Forked", seen
     return spawner, seen["pid"], out
@@ -193,12 +199,25 @@ def test_what_a_command_starts_as_up_does_is_forked_with_its_own_pid_and_tied_to
     assert os.getsid(child) == child
     os.kill(child, signal.SIGKILL)
     assert spawner.wait(timeout=60) == 0
-    assert out.read_text().splitlines()[-1] == str(-signal.SIGKILL)
+    assert json.loads(out.read_text().splitlines()[-1])["code"] == -signal.SIGKILL
 
     spawner, child, _ = _spawning(probe_dir, "second")
     spawner.kill()
     assert spawner.wait(timeout=60) == -signal.SIGKILL
     wait_until(lambda: not _alive(child), 60, "the fork server to end the child with `up`")
+
+
+def test_the_cpu_of_what_a_command_forked_counts_as_its_own(probe_dir: Path) -> None:
+    """As a process started anew counts the CPU of the children it reaped, a forked `teamflow
+    up` counts that of the children forked for it (`--cpu-report` counts it)."""
+    before = forkserver.reaped_cpu()
+    spawner, _, out = _spawning(probe_dir, "burner", "--burn")
+    assert spawner.wait(timeout=60) == 0
+    ended = json.loads(out.read_text().splitlines()[-1])
+    assert ended["code"] == 0
+    # The burning child's 20 million squares cost a second or more here; the spawner's own
+    # end after it printed costs about 0.15 s.
+    assert forkserver.reaped_cpu() - before > ended["own_cpu"] + 0.5
 
 
 def _launch_waiting(probe_dir: Path) -> tuple[subprocess.Popen, int]:
