@@ -5,9 +5,10 @@ the cores, and a test's wall time (`--durations`) says more about what ran besid
 about what it costs. This counts, per module, the CPU of the test process while its tests
 ran (setup and teardown included) and of the child processes it started and reaped in that
 time (servers, workers, CLI commands), those its fork server reaped for it included
-(`forkserver`), with what a forked `teamflow up` had forked for it. A process reaped later (the test process's shared Prefect server, at the
-end) counts where it is reaped; one left to init (a killed process group's grandchildren)
-is not counted, nor are the fork servers' own imports. With xdist each worker counts its
+(`forkserver`), with what a forked `teamflow up` had forked for it. A process reaped later
+(the test process's shared Prefect server, at the end) counts where it is reaped; one left
+to init (a killed process group's grandchildren) is not counted, nor are the fork servers'
+own imports. With xdist each worker counts its
 own modules and the controller prints them together.
 """
 

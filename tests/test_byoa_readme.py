@@ -13,10 +13,10 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import subprocess_teamflow
 from fakes.openai_server import FakeOpenAI
 from prefect_server import ROOT, prefect_server, wait_until
 from teamflow_workers import register_deployments, teamflow_workers
@@ -74,11 +74,7 @@ def test_the_section_runs_a_task_through_the_agent_and_a_worker(tmp_path: Path) 
         env.pop("PREFECT_API_DATABASE_CONNECTION_URL", None)
 
         def teamflow(args: list[str]) -> subprocess.CompletedProcess:
-            return subprocess.run(
-                [sys.executable, "-m", "flows.cli", *args],
-                capture_output=True, text=True, env=env, cwd=ROOT, timeout=120,
-                stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+            return subprocess_teamflow(args, env, cwd=ROOT, timeout=120)
 
         # What `teamflow up` does before the page's commands: migrations, deployments, worker.
         assert teamflow(["db", "upgrade"]).returncode == 0

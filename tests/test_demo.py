@@ -11,6 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from cli_runner import subprocess_teamflow
 from prefect_server import harness
 
 from flows import demo
@@ -147,8 +148,6 @@ def test_the_team_went_through_approval_and_the_handshake(ran: dict) -> None:
 
 def test_analyst_2_recalls_in_a_later_task_what_analyst_1_remembered(ran: dict) -> None:
     import os
-    import subprocess
-    import sys
 
     from sqlmodel import select
 
@@ -175,10 +174,9 @@ def test_analyst_2_recalls_in_a_later_task_what_analyst_1_remembered(ran: dict) 
     env = {**os.environ, "TEAMFLOW_HOME": str(home),
            "TEAMFLOW_DATABASE_URL": f"sqlite:///{home / 'teamflow.db'}"}  # fmt: skip
     for member, action in (("analyst-1", "remember"), ("analyst-2", "recall")):
-        shown = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "log", "research-team", member, "--color", "never"],
-            capture_output=True, text=True, env=env, timeout=120,
-        )  # fmt: skip
+        shown = subprocess_teamflow(
+            ["log", "research-team", member, "--color", "never"], env, stdin_devnull=False
+        )
         assert shown.returncode == 0, shown.stderr
         assert f"🔧 {action} (" in shown.stdout and f"👤 User tool:{action}" in shown.stdout
         assert memory.content in shown.stdout

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import typer
-from cli_runner import teamflow
+from cli_runner import subprocess_teamflow, teamflow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
@@ -118,12 +118,7 @@ def test_a_denied_plan_is_revised_approved_and_the_task_completes(home: Path) ->
         for m in _conversation("analyst-1", task_id)
     ]
     assert any(who == demo.LEAD and DENIAL in text for who, text in texts)
-    shown = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "log", TEAM, "analyst-1"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    shown = subprocess_teamflow(["log", TEAM, "analyst-1"], stdin_devnull=False)
     assert shown.returncode == 0, shown.stderr
     assert DENIAL in shown.stdout
 

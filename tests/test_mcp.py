@@ -26,6 +26,7 @@ import anyio
 import forkserver
 import pytest
 import sqlalchemy as sa
+from cli_runner import subprocess_teamflow
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -105,12 +106,7 @@ async def http(url: str, token: str | None = None):
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return subprocess_teamflow(args, stdin_devnull=False)
 
 
 @contextmanager

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from cli_runner import subprocess_teamflow
 from prefect_server import talk_to, wait_until
 from teamflow_workers import teamflow_workers
 from test_mcp import AGENT, TEAM, agent_teamflow, call, stdio, tmux_socket  # noqa: F401 (a fixture)
@@ -41,9 +42,7 @@ def prefect_env(
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, timeout=120
-    )
+    return subprocess_teamflow(args, stdin_devnull=False)
 
 
 def test_an_outside_member_gets_its_plan_approved_and_shuts_down(

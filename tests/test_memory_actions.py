@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import subprocess_teamflow
 from factories import TEAM
 from sqlmodel import select
 
@@ -73,10 +72,7 @@ def _results(member: str, tool: str) -> list[dict]:
 
 
 def _log(member: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", "log", TEAM, member, "--color", "never"],
-        capture_output=True, text=True, env=dict(os.environ), timeout=120,
-    )  # fmt: skip
+    return subprocess_teamflow(["log", TEAM, member, "--color", "never"], stdin_devnull=False)
 
 
 def _remember_step(**params) -> dict:

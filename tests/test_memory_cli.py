@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
-import sys
 from pathlib import Path
 
+import forkserver
 import pytest
 import sqlalchemy as sa
 from factories import TEAM, research_team
@@ -117,15 +118,14 @@ def test_the_readme_memory_commands_run_as_shown(db_url: str, home: Path) -> Non
     ]
     for args in setup:
         assert teamflow(*args).returncode == 0
-    script = (
-        "set -euo pipefail\n"
-        f'teamflow() {{ "{sys.executable}" -m flows.cli "$@"; }}\n' + _readme_memory_block()
-    )
+    # `teamflow` is the real command, forked from the tests' fork server (`forkserver`).
+    command = shlex.join(forkserver.command(forkserver.TEAMFLOW, "flows.cli", []))
+    script = "set -euo pipefail\n" + f'teamflow() {{ {command} "$@"; }}\n' + _readme_memory_block()
     result = subprocess.run(
         ["bash", "-c", script],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env=dict(os.environ),  # `flows` from ROOT, the working directory
         cwd=ROOT,
         timeout=300,
     )

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from cli_runner import subprocess_teamflow
 from factories import FIXTURES, TEAM, research_team
 
 from flows.render import render
@@ -147,15 +146,9 @@ def test_status_counts_every_completion_when_workers_update_a_member_at_once(hom
 def test_log_of_a_member_without_steps(home: Path, db_url: str) -> None:
     research_team()
     env = {**os.environ, "TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": db_url}
-    result = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "log", TEAM, "analyst-1"],
-        capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
+    result = subprocess_teamflow(["log", TEAM, "analyst-1"], env, stdin_devnull=False)
     assert result.returncode == 0, result.stderr
     assert "no conversation yet" in result.stdout
-    bad = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "log", TEAM, "ghost"],
-        capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
+    bad = subprocess_teamflow(["log", TEAM, "ghost"], env, stdin_devnull=False)
     assert bad.returncode == 1
     assert bad.stderr.strip() == "teamflow: error: team 'research-team' has no member named 'ghost'"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from uuid import UUID
 
 import forkserver
 import pytest
+from cli_runner import subprocess_teamflow
 from factories import TEAM, research_team
 from prefect_server import ROOT, Server, prefect_server, talk_to, wait_until
 from teamflow_workers import register_deployments, teamflow_workers
@@ -147,10 +147,7 @@ def ui(served: Served, tmp_path: Path) -> Iterator[tuple[Served, Shots]]:
 
 
 def teamflow(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=LONG,
-    )  # fmt: skip
+    return subprocess_teamflow(args, env, cwd=ROOT, timeout=LONG, stdin_devnull=False)
 
 
 def ask(served: Served, summary: str) -> dict[str, Any]:

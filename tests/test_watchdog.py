@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from cli_runner import subprocess_teamflow
 from factories import TEAM, research_team
 from freezegun import freeze_time
 
@@ -241,16 +242,12 @@ def test_team_settings_offline_after_is_set_or_refused_in_one_line(db_url: str, 
     import json
     import os
     import subprocess
-    import sys
 
     research_team()
     env = {**os.environ, "TEAMFLOW_HOME": str(home), "TEAMFLOW_DATABASE_URL": db_url}
 
     def teamflow(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "flows.cli", "team", "settings", TEAM, *args],
-            capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120,
-        )  # fmt: skip
+        return subprocess_teamflow(["team", "settings", TEAM, *args], env, timeout=120)
 
     for bad in ("0s", "abc", "nan", "-1m", "8d"):
         result = teamflow("--offline-after", bad)
