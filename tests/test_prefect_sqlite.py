@@ -246,7 +246,8 @@ def test_with_flows_server_events_sent_again_are_skipped_and_new_ones_stored(
 
 def test_the_log_check_tolerates_only_a_flush_retried_whole(tmp_path: Path) -> None:
     """What `assert_clean_log` lets pass: the task-run recorder's flush that failed on the
-    write lock and is retried with nothing dropped; a drop, or any other error, fails."""
+    write lock and is retried with nothing dropped, and the late events of a run the test
+    deleted (retried, then dropped); any other drop, or any other error, fails."""
     from prefect_server import log_errors
 
     traceback = (
@@ -285,3 +286,19 @@ def test_the_log_check_tolerates_only_a_flush_retried_whole(tmp_path: Path) -> N
     log.write_text(fine + orphaned)
     assert log_errors(log, {deleted}) == []
     assert log_errors(log, {kept}) and log_errors(log)
+    # After 6 attempts the recorder drops it, and its consumer retries and sets it aside.
+    given_up = (
+        "14:34:10.405 | ERROR   | prefect.server.services.task_run_recorder - Dropping event "
+        "01a25335-7c2b-7ce9-88e1-f3a6627c24f2 after 6 failed attempts\n"
+        + orphaned.replace("(1 to retry, 0 dropped)", "(0 to retry, 1 dropped)")
+        + orphaned.replace(
+            "prefect.server.services.task_run_recorder - Error flushing 1 events "
+            "(1 to retry, 0 dropped)",
+            "prefect.server.utilities.messaging.memory - Failed in consume_loop",
+        )
+    )
+    log.write_text(fine + orphaned + given_up + fine)
+    assert log_errors(log, {deleted}) == []
+    assert len(log_errors(log, {kept})) == len(log_errors(log)) == 10
+    log.write_text(given_up.split("\n", 1)[0] + "\n" + dropped)  # a drop of another cause
+    assert len(log_errors(log, {deleted})) == 4

@@ -15,7 +15,7 @@ import pytest
 from fault_proxy import fault_proxy
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowFilter, FlowFilterName
-from prefect_server import api_for_the_block, harness_server
+from prefect_server import api_for_the_block, drain_prefect_clients, harness_server
 from sqlmodel import select
 
 from flows import demo
@@ -54,14 +54,6 @@ def _client_retries(n: int) -> AbstractContextManager[Any]:
     return temporary_settings({PREFECT_CLIENT_MAX_RETRIES: n})
 
 
-def _drain_prefect() -> None:
-    from prefect.events.worker import EventsWorker
-    from prefect.logging.handlers import APILogWorker
-
-    APILogWorker.drain_all(timeout=30)
-    EventsWorker.drain_all(timeout=30)
-
-
 def _runs(api: str, name: str) -> list[Any]:
     with api_for_the_block(api), get_client(sync_client=True) as client:
         return client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=[name])))
@@ -85,7 +77,7 @@ def test_the_demo_completes_through_injected_faults_and_nothing_runs_twice(
                 try:
                     summary = demo.run(echo=lines.append)
                 finally:
-                    _drain_prefect()  # its logs and events, before the proxy goes
+                    drain_prefect_clients()  # its logs and events, before the proxy goes
             faults, faulted = proxy.faults, proxy.faulted
         team_runs = _runs(server.api, "team-task")
         tool_runs = _runs(server.api, "tool-action")
