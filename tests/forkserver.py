@@ -294,6 +294,8 @@ def _serve(address: str, preload: list[str]) -> tuple[dict[str, Any], list[int]]
 
     for module in preload:
         importlib.import_module(module)
+    global _LOGGING_AS_IMPORTED
+    _LOGGING_AS_IMPORTED = _logging_inputs()
     # What the imports made is never collected: out of the collector's sight, a child's
     # collections do not touch (and so copy) the pages it shares with the fork server.
     gc.collect()
@@ -415,7 +417,8 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
         from prefect.logging.configuration import setup_logging
 
         prefect.context.refresh_global_settings_context()
-        setup_logging(incremental=False)
+        if _logging_inputs() != _LOGGING_AS_IMPORTED:
+            setup_logging(incremental=False)
         _perpetual_services_from_settings()
     if request.get("children"):
         _children_forked(request["children"])
@@ -484,6 +487,54 @@ def _report_cpu(address: str) -> None:
             s, [json.dumps({"pid": os.getpid(), "children_cpu": _reaped_cpu}).encode()], []
         )
         s.recv(8)
+
+
+_LOGGING_AS_IMPORTED: tuple[Any, ...] | None = None
+"""What the fork server's logging was configured from (`_logging_inputs`), after its imports."""
+
+# What rich, which draws Prefect's console log lines, reads from the environment.
+_CONSOLE_VARIABLES = (
+    *("TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES", "TTY_COMPATIBLE"),
+    *("TTY_INTERACTIVE", "JUPYTER_COLUMNS", "JUPYTER_LINES"),
+)
+
+
+def _logging_inputs() -> tuple[Any, ...] | None:
+    """All that Prefect's logging configuration (`setup_logging`) is made of in this process:
+    the file it reads (a `logging.yml` in PREFECT_HOME, else Prefect's own), the settings that
+    file names and the logging settings (levels, colors, markup, extra loggers), the
+    PREFECT_LOGGING_* variables that override it, and the streams rich's console handler
+    looks at. A child whose inputs are the fork server's keeps the configuration it inherited,
+    which `setup_logging` would build again the same (about 0.05 s of CPU in each child,
+    most of it Prefect turning every setting into a variable); any other child builds its
+    own. None where Prefect is not imported."""
+    if "prefect.logging.configuration" not in sys.modules:
+        return None
+    try:
+        return _prefect_logging_inputs()
+    except Exception:  # a file or setting not as expected: configure anew
+        return (object(),)  # equal to no other
+
+
+def _prefect_logging_inputs() -> tuple[Any, ...]:
+    import string
+
+    import prefect.settings
+    from prefect.logging.configuration import DEFAULT_LOGGING_SETTINGS_PATH
+
+    settings = prefect.settings.get_current_settings()
+    path = settings.logging.config_path
+    path = path if path is not None and path.exists() else DEFAULT_LOGGING_SETTINGS_PATH
+    named = string.Template(path.read_text()).get_identifiers()
+    return (
+        str(path),
+        path.read_text(),
+        [(name, getattr(prefect.settings, name).value()) for name in named],
+        settings.logging.model_dump(mode="json", exclude={"config_path"}),
+        sorted((k, v) for k, v in os.environ.items() if k.startswith("PREFECT_LOGGING_")),
+        [os.environ.get(name) for name in _CONSOLE_VARIABLES],
+        [os.isatty(fd) for fd in (1, 2)],
+    )
 
 
 def _perpetual_services_from_settings() -> None:

@@ -262,18 +262,81 @@ def test_a_forked_server_takes_its_service_intervals_from_its_own_environment(
     and each service registered once, as a server started anew has them."""
     monkeypatch.setenv(forkserver.VARIABLE, "1")
     env = {**os.environ, "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "7"}
+    forked, anew = _forked_and_anew(forkserver.SERVER, SCHEDULER_EVERY, env, tmp_path)
+    assert forked.split() == anew.split()
+    assert forked.split()[:2] == ["7.0", "True"]
+
+
+def _forked_and_anew(
+    preload: tuple[str, ...], source: str, env: dict[str, str], tmp_path: Path
+) -> tuple[str, str]:
+    """What `python -c SOURCE` printed forked from the fork server of `preload`, and started
+    anew, in the same environment and directory."""
     out = tmp_path / "out"
     with out.open("wb") as stream:
         child = forkserver.popen(
-            forkserver.SERVER, forkserver.CODE, [SCHEDULER_EVERY], env=env, cwd=tmp_path,
+            preload, forkserver.CODE, [source], env=env, cwd=tmp_path,
             stdout=stream, stderr=subprocess.STDOUT,
         )  # fmt: skip
         assert isinstance(child, forkserver.Forked)
         assert child.wait(timeout=120) == 0, out.read_text()
     plain = subprocess.run(
-        [sys.executable, "-c", SCHEDULER_EVERY], env=env, cwd=tmp_path,
+        [sys.executable, "-c", source], env=env, cwd=tmp_path,
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert plain.returncode == 0, plain.stderr
-    assert out.read_text().split() == plain.stdout.split()
-    assert out.read_text().split()[:2] == ["7.0", "True"]
+    return out.read_text(), plain.stdout
+
+
+LOGGING = """
+import json, logging
+from prefect.logging.configuration import ensure_logging_setup
+
+ensure_logging_setup()  # as a command's first log line, or Prefect's CLI, has it configured
+
+def handler(h):
+    console = getattr(h, "console", None)
+    highlighter = type(getattr(console, "highlighter", None)).__name__
+    return [type(h).__name__, logging.getLevelName(h.level), getattr(h.formatter, "_fmt", None),
+            getattr(console, "color_system", None), highlighter]
+
+def described(name):
+    logger = logging.getLogger(name)
+    return [logging.getLevelName(logger.getEffectiveLevel()), logger.propagate,
+            [handler(h) for h in logger.handlers]]
+
+names = ("", "prefect", "prefect.flow_runs", "prefect.server", "uvicorn", "prefect._internal")
+print(json.dumps({name: described(name) for name in names}))
+"""
+
+
+def prefect_logging_file() -> str:
+    from prefect.logging.configuration import DEFAULT_LOGGING_SETTINGS_PATH
+
+    return str(DEFAULT_LOGGING_SETTINGS_PATH)
+
+
+@pytest.mark.parametrize(
+    "variables",
+    [{}, {"PREFECT_LOGGING_LEVEL": "DEBUG"}, {"PREFECT_LOGGING_COLORS": "false"},
+     {"PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "ERROR"}, {"logging.yml": "own"}],
+    ids=["as-the-fork-server", "level", "colors", "override", "own-file"],
+)  # fmt: skip
+def test_a_forked_childs_prefect_logging_is_what_a_process_started_anew_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]
+) -> None:
+    """The teamflow fork server's imports configure Prefect's logging. A child whose logging
+    settings are the fork server's keeps the configuration it inherited (it is not built
+    again); any other builds its own. Either way each logger's level and handlers are those
+    of the same code started anew."""
+    monkeypatch.setenv(forkserver.VARIABLE, "1")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING_")}
+    env["PREFECT_HOME"] = str(tmp_path / "home")
+    if variables.pop("logging.yml", None):
+        (tmp_path / "home").mkdir()
+        own = Path(prefect_logging_file())
+        text = own.read_text().replace("%(levelname)-7s", "[%(levelname)s]")
+        (tmp_path / "home" / "logging.yml").write_text(text.replace("WARNING", "CRITICAL"))
+    env |= variables
+    forked, anew = _forked_and_anew(forkserver.TEAMFLOW, LOGGING, env, tmp_path)
+    assert json.loads(forked) == json.loads(anew)
