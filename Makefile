@@ -21,14 +21,13 @@ demo: $(STAMP)
 test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
 # Everything, as CI runs it; the slowest 15 tests and the 15 modules that cost the most
-# CPU are listed at the end. Three test processes: four were faster with the fork servers,
-# but one run of four timed out in test_scale_out; six were slower than three (the
-# machine was busy 98 % of the run: docs/getting-started.md).
+# CPU are listed at the end. Four test processes: on this 2-core machine the same code took
+# 12 min 21 s at three, 10 min 22-52 s at four and 11 min at five (docs/getting-started.md).
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=15 --cpu-report=15
+	$(BIN)/pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=15 --cpu-report=15
 
 # The inner loop: everything but the slow end-to-end tests (marker `system`).
 test-fast: $(STAMP)
