@@ -22,7 +22,7 @@ test test-fast: export PYTHONDONTWRITEBYTECODE :=
 
 # Everything, as CI runs it; the slowest 15 tests and the 15 modules that cost the most
 # CPU are listed at the end. Four test processes: on this 2-core machine the same code took
-# 12 min 21 s at three, 10 min 22-52 s at four and 11 min at five (docs/getting-started.md).
+# 12 min 21 s at three, 10 min 17-53 s at four and 11 min at five (docs/getting-started.md).
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -7,6 +7,7 @@ migrations; each test gets empty tables.
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from collections.abc import Iterator
@@ -186,6 +187,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     factory = getattr(session.config, "_tmp_path_factory", None)
     if not hasattr(session.config, "workeroutput") and factory is not None:
         prefect_server.drop_postgres_templates(factory.getbasetemp())
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What importing and collecting the suite made (about 510,000 objects per test
+    process) lives to the end of the run: it is moved out of the garbage collector's sight,
+    so that no full collection walks it again, the one pytest makes when a test process
+    ends included (four processes ending at once spent 8-10 s in it)."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,10 +1,13 @@
-"""The tests' Prefect server (`prefect_server.harness`): when it stops, the Prefect clients
-of the test process have sent what they held (log lines, events) and stopped, so none is
-left trying a stopped server at the process's exit (about 10 s per test process, with
-backoff, at the end of every run)."""
+"""How a test process ends quickly. The tests' Prefect server (`prefect_server.harness`):
+when it stops, the Prefect clients of the test process have sent what they held (log lines,
+events) and stopped, so none is left trying a stopped server at the process's exit (about
+10 s per test process, with backoff). And what collecting the suite made is out of the
+garbage collector's sight (`conftest.pytest_collection_finish`), so pytest's last full
+collection does not walk it again."""
 
 from __future__ import annotations
 
+import gc
 import sqlite3
 from pathlib import Path
 
@@ -29,3 +32,7 @@ def test_a_stopped_test_server_has_every_log_line_and_leaves_no_client_trying_it
     with sqlite3.connect(tmp_path / "prefect.db") as db:
         said = [m for (m,) in db.execute("SELECT message FROM log")]
     assert "a line for the server" in said
+
+
+def test_what_importing_and_collecting_made_is_out_of_the_collectors_sight() -> None:
+    assert gc.get_freeze_count() > 50_000  # the imports of teamflow and pytest at least
